@@ -1,0 +1,130 @@
+"""Server configuration: every size, timeout and limit in one frozen object.
+
+This module owns `Config`. It imports nothing from the rest of the package, so
+the CLI, the embedding API and the tests all build the same object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal, final
+
+EngineName = Literal["scripted", "vllm"]
+
+SCRIPTED_MODEL_NAME = "gpt-oss-scripted"
+
+
+@final
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Everything the server needs to know, with documented defaults.
+
+    Every field has a CLI flag and an environment variable (see ``trio-responses
+    serve --help``). Sizes are in bytes, durations in seconds.
+    """
+
+    # -- serving --------------------------------------------------------------
+    host: str = "127.0.0.1"
+    """Address to bind. Use ``0.0.0.0`` to listen on every interface."""
+    port: int = 8000
+    """TCP port; ``0`` picks a free one (the bound URL is reported at start)."""
+    log_level: str = "info"
+    """Python logging level name for the ``trio_responses`` loggers."""
+
+    # -- model and engine -----------------------------------------------------
+    engine: EngineName = "scripted"
+    """``scripted`` (deterministic stand-in, no GPU) or ``vllm``."""
+    model: str | None = None
+    """Model name or path for the vLLM engine. Unset means the scripted engine."""
+    served_model_names: tuple[str, ...] = ()
+    """Names clients pass as ``model``; the first is reported in responses."""
+    token_delay_s: float = 0.0
+    """Scripted engine: pause between output tokens."""
+    max_model_len: int = 131_072
+    """Context window: prompt plus output tokens must fit in it."""
+
+    # -- security and request limits -----------------------------------------
+    api_keys: tuple[str, ...] = ()
+    """When non-empty, every ``/v1`` route needs ``Authorization: Bearer KEY``."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """Largest accepted request body; larger ones get 413."""
+    max_input_items: int = 2_000
+    """Most input items in one request (after ``previous_response_id`` expansion)."""
+    max_tools: int = 128
+    """Most entries in ``tools``."""
+
+    # -- streaming ------------------------------------------------------------
+    sse_keepalive_s: float = 15.0
+    """A ``: keep-alive`` comment is written after this long without events."""
+    replay_events: int = 65_536
+    """Event-log ring: most events kept per response (replay for resume)."""
+    replay_bytes: int = 32 * 1024 * 1024
+    """Event-log ring: most encoded bytes kept per response."""
+    stream_retention_s: float = 600.0
+    """How long a finished response's event log stays available for replay."""
+
+    # -- jobs and store ---------------------------------------------------------
+    max_active_jobs: int = 64
+    """Responses generating at once; more wait in ``queued``."""
+    max_queued_jobs: int = 1_024
+    """Responses waiting for a slot; beyond this, 429 ``server_busy``."""
+    max_stored_responses: int = 10_000
+    """Memory store: finished responses kept (least recently used evicted first)."""
+    store_ttl_s: float = 7 * 24 * 3600.0
+    """Memory store: finished responses are dropped this long after they end."""
+    shutdown_grace_s: float = 10.0
+    """On shutdown, running responses get this long to finish before cancellation."""
+    cleanup_timeout_s: float = 5.0
+    """Upper bound for any shielded cleanup step (abort, close, persist)."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("scripted", "vllm"):
+            raise ValueError(f"engine must be 'scripted' or 'vllm', not {self.engine!r}")
+        if self.engine == "vllm" and not self.model:
+            raise ValueError("the vllm engine needs a model: set model (--model NAME_OR_PATH)")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, not {self.port}")
+        for name in (
+            "max_body_bytes",
+            "max_input_items",
+            "max_tools",
+            "replay_events",
+            "replay_bytes",
+            "max_active_jobs",
+            "max_stored_responses",
+            "max_model_len",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in (
+            "token_delay_s",
+            "sse_keepalive_s",
+            "stream_retention_s",
+            "store_ttl_s",
+            "shutdown_grace_s",
+            "cleanup_timeout_s",
+            "max_queued_jobs",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.sse_keepalive_s == 0:
+            raise ValueError("sse_keepalive_s must be > 0")
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every name a request may use as ``model``; the first is canonical."""
+        if self.served_model_names:
+            return self.served_model_names
+        if self.model:
+            return (self.model,)
+        return (SCRIPTED_MODEL_NAME,)
+
+    @property
+    def model_name(self) -> str:
+        """The name reported in responses and ``/v1/models``."""
+        return self.model_names[0]
+
+    def replace(self, **changes: object) -> Config:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,101 @@
+"""The error tree. Nothing here knows about HTTP; `api/` turns these into JSON.
+
+Each error carries the hints the wire format needs (status, type, code, param)::
+
+    ResponsesError                      status_hint  type                    code
+    ├── InvalidRequestError             400          invalid_request_error   (varies)
+    ├── AuthenticationError             401          authentication_error    invalid_api_key
+    ├── NotFoundError                   404          invalid_request_error   not_found
+    │   └── ModelNotFoundError          404          invalid_request_error   model_not_found
+    ├── RequestTooLargeError            413          invalid_request_error   request_too_large
+    ├── ServerBusyError                 429          server_busy             server_busy
+    └── ServerError                     500          server_error            server_error
+        └── EngineError                 500          server_error            server_error
+
+Messages are written for the person reading the API response: they say what is
+wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ResponsesError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+    status_hint: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def to_error_object(self) -> dict[str, str | None]:
+        """The ``error`` object of the OpenAI wire format."""
+        return {
+            "message": self.message,
+            "type": self.error_type,
+            "param": self.param,
+            "code": self.code,
+        }
+
+
+class InvalidRequestError(ResponsesError):
+    """The request is malformed or asks for something we cannot do."""
+
+    status_hint = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationError(ResponsesError):
+    """Missing or wrong API key."""
+
+    status_hint = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class NotFoundError(ResponsesError):
+    """An id that names nothing (or nothing this caller may see)."""
+
+    status_hint = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class ModelNotFoundError(NotFoundError):
+    """The requested model is not served here."""
+
+    default_code = "model_not_found"
+
+
+class RequestTooLargeError(ResponsesError):
+    """The body is larger than ``max_body_bytes``."""
+
+    status_hint = 413
+    error_type = "invalid_request_error"
+    default_code = "request_too_large"
+
+
+class ServerBusyError(ResponsesError):
+    """The job queue is full; retry later."""
+
+    status_hint = 429
+    error_type = "server_busy"
+    default_code = "server_busy"
+
+
+class ServerError(ResponsesError):
+    """Something failed on our side."""
+
+    status_hint = 500
+    error_type = "server_error"
+    default_code = "server_error"
+
+
+class EngineError(ServerError):
+    """The inference engine failed while producing a response."""

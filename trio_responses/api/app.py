@@ -1,0 +1,231 @@
+"""The HTTP API: quart-trio routes over a `ResponsesService`.
+
+This is the only place errors become OpenAI JSON (``{"error": {message, type,
+param, code}}``). Handlers start nothing long-lived: they create jobs through
+the service and subscribe to their event logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+from quart import Response, g, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from .._exceptions import (
+    AuthenticationError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    RequestTooLargeError,
+    ResponsesError,
+)
+from .._service import ResponsesService
+from ..protocol.sse import encode_json
+from .sse import SSEBody
+
+logger = logging.getLogger("trio_responses.api")
+
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+
+def owner_of(api_key: str) -> str:
+    """The stable, non-reversible owner tag stored with a key's responses."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:32]
+
+
+def json_response(payload: Any, status: int = 200) -> Response:
+    return Response(encode_json(payload), status=status, mimetype="application/json")
+
+
+def error_response(error: ResponsesError) -> Response:
+    return json_response({"error": error.to_error_object()}, error.status_hint)
+
+
+def create_app(service: ResponsesService) -> QuartTrio:
+    """The quart-trio application serving ``service``."""
+    config = service.config
+    app = QuartTrio("trio_responses")
+    # Quart cuts any response (SSE included) after 60 s by default.
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    keys = tuple(key.encode() for key in config.api_keys)
+
+    @app.before_request
+    async def authenticate() -> None:
+        g.started = time.perf_counter()
+        g.owner = None
+        if not keys or not request.path.startswith("/v1/"):
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise AuthenticationError(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+            )
+        presented = token.strip().encode()
+        if not any(hmac.compare_digest(presented, key) for key in keys):
+            raise AuthenticationError("Incorrect API key provided.")
+        g.owner = owner_of(presented.decode())
+
+    @app.after_request
+    async def log_request(response: Response) -> Response:
+        elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
+        logger.info(
+            "%s %s -> %s (%.1f ms)",
+            request.method,
+            request.path,
+            response.status_code,
+            elapsed * 1000,
+        )
+        return response
+
+    @app.errorhandler(ResponsesError)
+    async def on_responses_error(error: ResponsesError) -> Response:
+        return error_response(error)
+
+    @app.errorhandler(HTTPException)
+    async def on_http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        if status == 413:
+            return error_response(
+                RequestTooLargeError(
+                    f"The request body is larger than this server accepts "
+                    f"({config.max_body_bytes} bytes)."
+                )
+            )
+        if status == 404:
+            message = f"Unknown route: {request.method} {request.path}."
+            code = "not_found"
+        elif status == 405:
+            message = f"Method {request.method} is not allowed on {request.path}."
+            code = "method_not_allowed"
+        else:
+            message = error.description or error.name
+            code = None
+        return json_response(
+            {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": code,
+                }
+            },
+            status,
+        )
+
+    @app.errorhandler(Exception)
+    async def on_unexpected(error: Exception) -> Response:
+        logger.error("unhandled error on %s %s", request.method, request.path, exc_info=error)
+        return json_response(
+            {
+                "error": {
+                    "message": "The server had an internal error while processing your "
+                    "request. It has been logged.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "server_error",
+                }
+            },
+            500,
+        )
+
+    @app.get("/health")
+    async def health() -> Response:
+        info = service.engine.info
+        healthy = service.engine.healthy
+        return json_response(
+            {
+                "status": "ok" if healthy else "unhealthy",
+                "engine": {
+                    "kind": info.kind,
+                    "model": info.model,
+                    "description": info.description,
+                    "healthy": healthy,
+                },
+                "jobs": {"active": service.active_jobs, "queued": service.queued_jobs},
+            },
+            200 if healthy else 503,
+        )
+
+    owned_by = (
+        "trio-responses (scripted engine)"
+        if service.engine.info.kind == "scripted"
+        else "trio-responses"
+    )
+
+    def model_card(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": owned_by}
+
+    @app.get("/v1/models")
+    async def list_models() -> Response:
+        return json_response(
+            {"object": "list", "data": [model_card(name) for name in config.model_names]}
+        )
+
+    @app.get("/v1/models/<model_id>")
+    async def get_model(model_id: str) -> Response:
+        if model_id not in config.model_names:
+            raise ModelNotFoundError(f"The model {model_id!r} does not exist.", param="model")
+        return json_response(model_card(model_id))
+
+    @app.post("/v1/responses")
+    async def create_response() -> Response:
+        body = await _read_json()
+        job = await service.create(body, owner=g.owner)
+        if job.request.stream:
+
+            def disconnect() -> None:
+                # A foreground stream belongs to its client; background jobs go on.
+                if not job.background and not job.builder.finished:
+                    job.cancel()
+
+            return _sse(
+                SSEBody(
+                    service.subscribe(job.id, owner=g.owner),
+                    keepalive_s=config.sse_keepalive_s,
+                    on_close=disconnect,
+                )
+            )
+        if job.background:
+            return json_response(job.snapshot())
+        try:
+            await job.done.wait()
+        finally:
+            if not job.done.is_set():  # the client went away: stop generating
+                job.cancel()
+        return json_response(job.snapshot())
+
+    @app.get("/v1/responses/<response_id>")
+    async def retrieve_response(response_id: str) -> Response:
+        return json_response(await service.retrieve(response_id, owner=g.owner))
+
+    return app
+
+
+def _sse(body: SSEBody) -> Response:
+    response = Response(body, mimetype="text/event-stream", headers=SSE_HEADERS)
+    response.timeout = None
+    return response
+
+
+async def _read_json() -> Any:
+    data = await request.get_data(cache=False)
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidRequestError(
+            "We could not parse the JSON body of your request. The API expects a JSON "
+            "object; check that the body is valid JSON and sent with "
+            "'Content-Type: application/json'.",
+            code="invalid_json",
+        ) from None

@@ -1,0 +1,44 @@
+"""ASGI wrapper that lets hypercorn close finished connections.
+
+quart-trio cancels the request task on ``http.disconnect``; hypercorn closes the
+connection from inside the app's final ``send()``. When the two race, the
+close is cancelled and the connection stays open (``Connection: close`` is
+ignored, idle keep-alive connections are never closed). Sending the final body
+message shielded, with a deadline, lets that close complete.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import trio
+from hypercorn.typing import (
+    ASGIFramework,
+    ASGIReceiveCallable,
+    ASGISendCallable,
+    ASGISendEvent,
+    Scope,
+)
+
+FINAL_SEND_TIMEOUT_S = 5.0
+
+
+def shield_final_send(app: ASGIFramework) -> ASGIFramework:
+    async def wrapped(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def guarded_send(message: ASGISendEvent) -> None:
+            if message["type"] == "http.response.body" and not cast(dict[str, Any], message).get(
+                "more_body", False
+            ):
+                with trio.CancelScope(shield=True) as scope_:
+                    scope_.deadline = trio.current_time() + FINAL_SEND_TIMEOUT_S
+                    await send(message)
+            else:
+                await send(message)
+
+        await app(scope, receive, guarded_send)
+
+    return wrapped

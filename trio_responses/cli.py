@@ -1,0 +1,176 @@
+"""The ``trio-responses`` command.
+
+``trio-responses serve [options]`` runs the server until SIGINT/SIGTERM. Every
+option has an environment variable (``TRIO_RESPONSES_`` + the option name in
+upper case, dashes as underscores) and a `Config` field; the flag wins over
+the variable, the variable over the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import Any
+
+import trio
+
+from ._config import Config
+from ._serve import serve_service
+from ._service import open_responses_service
+
+logger = logging.getLogger("trio_responses")
+
+ENV_PREFIX = "TRIO_RESPONSES_"
+
+
+@dataclass(frozen=True)
+class _Option:
+    flag: str
+    field: str
+    help: str
+    kind: Callable[[str], Any] = str
+    repeat: bool = False
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.flag.removeprefix("--").upper().replace("-", "_")
+
+
+_SERVE_OPTIONS = (
+    _Option("--host", "host", "address to bind"),
+    _Option("--port", "port", "TCP port (0 picks a free one)", int),
+    _Option("--engine", "engine", "inference engine", choices=("scripted", "vllm")),
+    _Option(
+        "--model",
+        "model",
+        "model name or path for the vLLM engine; without it the scripted engine is served",
+    ),
+    _Option(
+        "--served-model-name",
+        "served_model_names",
+        "name clients use as 'model' (repeatable; comma-separated in the variable)",
+        repeat=True,
+    ),
+    _Option(
+        "--api-key",
+        "api_keys",
+        "require 'Authorization: Bearer KEY' on /v1 routes "
+        "(repeatable; comma-separated in the variable)",
+        repeat=True,
+    ),
+    _Option("--token-delay", "token_delay_s", "scripted engine: seconds between tokens", float),
+    _Option(
+        "--log-level", "log_level", "logging level", choices=("debug", "info", "warning", "error")
+    ),
+    _Option("--max-model-len", "max_model_len", "context window in tokens", int),
+    _Option("--max-body-bytes", "max_body_bytes", "largest request body (413 above)", int),
+    _Option("--max-input-items", "max_input_items", "most input items per request", int),
+    _Option("--max-tools", "max_tools", "most tools per request", int),
+    _Option(
+        "--sse-keepalive",
+        "sse_keepalive_s",
+        "seconds of silence before a keep-alive comment on a stream",
+        float,
+    ),
+)
+
+
+def _default(field_name: str) -> Any:
+    for item in fields(Config):
+        if item.name == field_name:
+            return item.default
+    raise KeyError(field_name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-responses",
+        description="OpenAI-compatible Responses API server for gpt-oss models, on Trio.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP server",
+        description="Run the Responses API server. Without --model it serves the scripted "
+        "engine, a deterministic stand-in for a gpt-oss model (no GPU, no weights).",
+    )
+    for option in _SERVE_OPTIONS:
+        default = _default(option.field)
+        shown = ",".join(default) if isinstance(default, tuple) else default
+        serve.add_argument(
+            option.flag,
+            dest=option.field,
+            type=option.kind,
+            action="append" if option.repeat else "store",
+            choices=option.choices,
+            default=None,
+            help=f"{option.help} [env {option.env}; default: {shown!s}]",
+        )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Config:
+    """Config from parsed flags, falling back to environment variables."""
+    values: dict[str, Any] = {}
+    for option in _SERVE_OPTIONS:
+        value = getattr(args, option.field, None)
+        if value is None and option.env in environ:
+            raw = environ[option.env]
+            value = [part for part in raw.split(",") if part] if option.repeat else raw
+        if value is None:
+            continue
+        value = tuple(option.kind(part) for part in value) if option.repeat else option.kind(value)
+        values[option.field] = value
+    if "engine" not in values and values.get("model"):
+        values["engine"] = "vllm"
+    return Config(**values)
+
+
+async def run_server(config: Config) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        stop = trio.Event()
+
+        async def wait_for_signal() -> None:
+            async for signum in signals:
+                logger.info("received %s: shutting down", signal.Signals(signum).name)
+                stop.set()
+                return
+
+        async with open_responses_service(config) as service, trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_signal)
+            urls = await nursery.start(partial(serve_service, service, shutdown_trigger=stop.wait))
+            for url in urls:
+                logger.info("listening on %s", url)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args, dict(os.environ))
+    except ValueError as error:
+        parser.error(str(error))
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if config.engine == "scripted":
+        logger.info(
+            "no --model given: serving the SCRIPTED engine as %r (deterministic stand-in "
+            "for a gpt-oss model; no weights, no GPU)",
+            config.model_name,
+        )
+    trio.run(run_server, config)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

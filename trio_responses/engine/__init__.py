@@ -1,0 +1,29 @@
+"""Engines: the `Engine` protocol, the scripted engine, and (extra ``[vllm]``) vLLM."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from .._config import Config
+from .base import Engine, EngineInfo, GenerationRequest, GenerationResult, SamplingSettings
+from .scripted import ScriptedEngine
+
+__all__ = [
+    "Engine",
+    "EngineInfo",
+    "GenerationRequest",
+    "GenerationResult",
+    "SamplingSettings",
+    "ScriptedEngine",
+    "open_engine",
+]
+
+
+@asynccontextmanager
+async def open_engine(config: Config) -> AsyncIterator[Engine]:
+    """The engine ``config`` asks for, started, and shut down on exit."""
+    if config.engine == "scripted":
+        yield ScriptedEngine(model=config.model_name, token_delay_s=config.token_delay_s)
+        return
+    raise NotImplementedError("the vllm engine is not available in this build")

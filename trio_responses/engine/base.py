@@ -1,0 +1,71 @@
+"""The `Engine` protocol: prompt tokens in, output tokens out, incrementally.
+
+An engine is opened by an async context manager (it may own tasks and, for
+vLLM, an asyncio loop) and then serves any number of concurrent `generate`
+calls. ``generate`` delivers output tokens by calling ``sink`` with each batch
+as soon as it exists, and returns how generation finished.
+
+Cancellation: cancelling the task that awaits `generate` aborts the request
+upstream before `generate` returns (shielded and time-bounded). If ``sink``
+raises, generation is aborted the same way and the exception propagates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+TokenSink = Callable[[Sequence[int]], None]
+"""Receives output tokens in order; called synchronously by the engine."""
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    max_tokens: int
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    finish_reason: FinishReason
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine is, for ``/v1/models``, ``/health`` and the start-up log."""
+
+    kind: Literal["scripted", "vllm"]
+    model: str
+    description: str
+
+
+class Engine(Protocol):
+    @property
+    def info(self) -> EngineInfo: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
+        """Generate until a stop token, ``max_tokens`` or an error.
+
+        Raises:
+            EngineError: the engine failed; tokens already delivered stand.
+        """
+        ...

@@ -1,0 +1,211 @@
+"""The scripted model's rules: a conversation's tokens -> the answer's tokens.
+
+Pure and deterministic (same prompt, same tokens). The scripted engine plays
+the result back token by token; a test can force a real model to emit the same
+tokens. The rules (SPEC §6), applied to the last message of the prompt:
+
+1. a tool output -> analysis ``Reading the tool result.``, then the final
+   answer ``Tool result: <output>``;
+2. user text T -> analysis ``Thinking about: <T[:80]>``, then the first
+   directive found in T:
+
+   * a fenced ```` ```python ```` block (python tool enabled) -> a python call;
+   * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
+   * ``mcp:LABEL.TOOL {json}`` (namespace LABEL present) -> a ``LABEL.TOOL`` call;
+   * ``search:QUERY`` (browser enabled) -> ``browser.search`` ``{"query": QUERY}``;
+   * ``tokens:N`` -> a final answer of exactly N tokens;
+   * ``fail:N`` -> the engine fails after N tokens;
+   * none -> the final answer ``You said: <T>``.
+
+   ``delay:MS`` may appear as well: MS milliseconds per token.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from openai_harmony import HarmonyError, Role
+
+from ..harmony.encoding import get_encoding, special_tokens
+
+
+@dataclass(frozen=True)
+class Script:
+    tokens: tuple[int, ...]
+    """The whole answer, ending with ``<|return|>`` or ``<|call|>``."""
+    fail_after: int | None = None
+    """Fail once this many tokens have been delivered."""
+    delay_s: float | None = None
+    """Per-token delay asked for by ``delay:MS`` (overrides the engine's)."""
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    last_role: Role | None
+    last_text: str
+    python: bool
+    browser: bool
+    functions: frozenset[str]
+    namespaces: frozenset[str]
+
+
+_PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+_CALL = re.compile(r"call:([A-Za-z0-9_-]+)[ \t]*")
+_MCP = re.compile(r"mcp:([A-Za-z0-9_-]+)\.([A-Za-z0-9_.-]+)[ \t]*")
+_SEARCH = re.compile(r"search:[ \t]*([^\n]+)")
+_TOKENS = re.compile(r"tokens:(\d+)")
+_FAIL = re.compile(r"fail:(\d+)")
+_DELAY = re.compile(r"delay:(\d+)")
+_FUNCTION_DECL = re.compile(r"^type ([A-Za-z0-9_-]+) = ", re.MULTILINE)
+_NAMESPACE = re.compile(r"^namespace ([A-Za-z0-9_-]+) \{", re.MULTILINE)
+
+
+def plan(prompt_tokens: Sequence[int]) -> Script:
+    """The scripted answer to a rendered conversation."""
+    prompt = _read_prompt(prompt_tokens)
+    if prompt.last_role == Role.TOOL:
+        return Script(
+            _analysis("Reading the tool result.") + _final(f"Tool result: {prompt.last_text}")
+        )
+    text = prompt.last_text
+    delay = _DELAY.search(text)
+    delay_s = int(delay.group(1)) / 1000 if delay else None
+    head = _analysis(f"Thinking about: {text[:80]}")
+    tokens, fail_after = _directive(text, prompt)
+    return Script(head + tokens, fail_after=fail_after, delay_s=delay_s)
+
+
+def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]:
+    found: list[tuple[int, tuple[int, ...], int | None]] = []
+    if prompt.python and (match := _PYTHON_BLOCK.search(text)):
+        found.append((match.start(), _call("analysis", "python", match.group(1), "code"), None))
+    for match in _CALL.finditer(text):
+        arguments = _json_at(text, match.end())
+        if match.group(1) in prompt.functions and arguments is not None:
+            recipient = f"functions.{match.group(1)}"
+            found.append((match.start(), _call("commentary", recipient, arguments, "json"), None))
+            break
+    for match in _MCP.finditer(text):
+        arguments = _json_at(text, match.end())
+        if match.group(1) in prompt.namespaces and arguments is not None:
+            recipient = f"{match.group(1)}.{match.group(2)}"
+            found.append((match.start(), _call("commentary", recipient, arguments, "json"), None))
+            break
+    if prompt.browser and (match := _SEARCH.search(text)):
+        arguments = json.dumps({"query": match.group(1).strip()})
+        found.append((match.start(), _call("analysis", "browser.search", arguments, "json"), None))
+    if match := _TOKENS.search(text):
+        found.append((match.start(), _final_of_length(int(match.group(1))), None))
+    if match := _FAIL.search(text):
+        found.append((match.start(), _final(f"You said: {text}"), int(match.group(1))))
+    if not found:
+        return _final(f"You said: {text}"), None
+    _, tokens, fail_after = min(found, key=lambda entry: entry[0])
+    return tokens, fail_after
+
+
+def _json_at(text: str, position: int) -> str | None:
+    """The JSON object text starting at ``position``, if there is one."""
+    try:
+        value, end = json.JSONDecoder().raw_decode(text, position)
+    except json.JSONDecodeError:
+        return None
+    return text[position:end] if isinstance(value, dict) else None
+
+
+# -- reading the prompt -----------------------------------------------------------
+
+
+def _read_prompt(prompt_tokens: Sequence[int]) -> _Prompt:
+    encoding = get_encoding()
+    tokens = list(prompt_tokens)
+    special = special_tokens()
+    if len(tokens) >= 2 and tokens[-2] == special.start:
+        tokens = tokens[:-2]  # the trailing "<|start|>assistant"
+    try:
+        messages = encoding.parse_messages_from_completion_tokens(tokens, None, strict=False)
+    except HarmonyError:
+        messages = []
+    system = developer = ""
+    for message in messages:
+        text = "".join(getattr(part, "text", "") for part in message.content)
+        if message.author.role == Role.SYSTEM:
+            system = text
+        elif message.author.role == Role.DEVELOPER:
+            developer += text
+    last = messages[-1] if messages else None
+    namespaces = frozenset(_NAMESPACE.findall(developer)) - {"functions"}
+    functions_block = developer.split("namespace functions {", 1)
+    functions = (
+        frozenset(_FUNCTION_DECL.findall(functions_block[1].split("} // namespace functions")[0]))
+        if len(functions_block) == 2
+        else frozenset()
+    )
+    return _Prompt(
+        last_role=last.author.role if last is not None else None,
+        last_text="".join(getattr(part, "text", "") for part in last.content) if last else "",
+        python="\n## python\n" in system,
+        browser="\n## browser\n" in system,
+        functions=functions,
+        namespaces=namespaces,
+    )
+
+
+# -- writing the answer ---------------------------------------------------------------
+
+
+def _text(text: str) -> list[int]:
+    # disallowed_special=() keeps user text that looks like "<|end|>" plain text.
+    return get_encoding().encode(text, disallowed_special=())
+
+
+def _header(
+    channel: str, *, recipient: str | None = None, content_type: str | None = None, first: bool
+) -> list[int]:
+    special = special_tokens()
+    tokens = [] if first else [special.start, *_text("assistant")]
+    tokens.append(special.channel)
+    tokens.extend(_text(channel + (f" to={recipient}" if recipient else "")))
+    if content_type == "json":
+        tokens.extend(_text(" "))
+        tokens.append(special.constrain)
+        tokens.extend(_text("json"))
+    elif content_type is not None:
+        tokens.extend(_text(f" {content_type}"))
+    tokens.append(special.message)
+    return tokens
+
+
+def _analysis(text: str) -> tuple[int, ...]:
+    return (*_header("analysis", first=True), *_text(text), special_tokens().end)
+
+
+def _final(text: str) -> tuple[int, ...]:
+    return (*_header("final", first=False), *_text(text), special_tokens().return_)
+
+
+def _call(channel: str, recipient: str, body: str, content_type: str) -> tuple[int, ...]:
+    return (
+        *_header(channel, recipient=recipient, content_type=content_type, first=False),
+        *_text(body),
+        special_tokens().call,
+    )
+
+
+_FILLER_WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog")
+
+
+@functools.cache
+def _filler_tokens() -> tuple[int, ...]:
+    tokens = [_text(word) for word in _FILLER_WORDS]
+    return tuple(token[0] for token in tokens if len(token) == 1)
+
+
+def _final_of_length(count: int) -> tuple[int, ...]:
+    filler = _filler_tokens()
+    body = [filler[i % len(filler)] for i in range(count)]
+    return (*_header("final", first=False), *body, special_tokens().return_)

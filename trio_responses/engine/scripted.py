@@ -1,0 +1,77 @@
+"""The scripted engine: a deterministic stand-in for a gpt-oss model.
+
+It plans the answer with `engine.script.plan` (genuine harmony tokens) and plays
+it back one token per step, pausing ``token_delay_s`` (or ``delay:MS``) between
+tokens. Every step is a checkpoint, so a cancelled request stops at once.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+import trio
+
+from .._exceptions import EngineError
+from .base import EngineInfo, GenerationRequest, GenerationResult, TokenSink
+from .script import plan
+
+
+@final
+class ScriptedEngine:
+    """Implements `Engine`. Safe to share between any number of requests."""
+
+    def __init__(self, *, model: str, token_delay_s: float = 0.0) -> None:
+        self._info = EngineInfo(
+            kind="scripted",
+            model=model,
+            description="scripted engine: deterministic harmony output, no model weights",
+        )
+        self._token_delay_s = token_delay_s
+        self._running: set[str] = set()
+
+    @property
+    def info(self) -> EngineInfo:
+        return self._info
+
+    @property
+    def healthy(self) -> bool:
+        return True
+
+    @property
+    def running_requests(self) -> frozenset[str]:
+        """Ids of requests being generated right now."""
+        return frozenset(self._running)
+
+    async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
+        script = plan(request.prompt_token_ids)
+        delay = script.delay_s if script.delay_s is not None else self._token_delay_s
+        stop = frozenset(request.sampling.stop_token_ids)
+        limit = request.sampling.max_tokens
+        prompt_tokens = len(request.prompt_token_ids)
+        emitted = 0
+        self._running.add(request.request_id)
+        try:
+            for token in script.tokens:
+                if emitted >= limit:
+                    return GenerationResult("length", prompt_tokens, 0, emitted)
+                if script.fail_after is not None and emitted >= script.fail_after:
+                    raise EngineError(
+                        f"The scripted engine failed after {emitted} tokens, "
+                        f"as the request asked (fail:{script.fail_after})."
+                    )
+                sink((token,))
+                emitted += 1
+                if token in stop:
+                    return GenerationResult("stop", prompt_tokens, 0, emitted)
+                if delay > 0:
+                    await trio.sleep(delay)
+                else:
+                    await trio.lowlevel.checkpoint()
+            if script.fail_after is not None:
+                raise EngineError(
+                    f"The scripted engine failed after {emitted} tokens, "
+                    f"as the request asked (fail:{script.fail_after})."
+                )
+            return GenerationResult("stop", prompt_tokens, 0, emitted)
+        finally:
+            self._running.discard(request.request_id)

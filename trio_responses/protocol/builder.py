@@ -1,0 +1,375 @@
+"""Builds one Response and the stream of events that describes it (sans-IO).
+
+`ResponseBuilder` is the only place that numbers events and the only place that
+knows the exact JSON shapes of the OpenAI Responses API (they validate against
+the ``openai.types.responses`` models; the tests check every one). Callers
+drive it with semantic steps (`open_message`, `text_delta`, `close_item`…) and
+receive each event as a plain ``dict`` through the ``emit`` callback, already
+carrying its ``sequence_number``.
+
+Per-token steps (`text_delta` and friends) build one small dict and nothing
+else: their cost does not depend on how long the response already is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .ids import new_id
+from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
+from .request import CreateRequest, FunctionTool, McpTool
+
+Event = dict[str, Any]
+Emit = Callable[[Event], None]
+
+ItemKind = Literal["reasoning", "message", "function_call"]
+ItemStatus = Literal["completed", "incomplete"]
+
+
+@dataclass
+class Usage:
+    """Token counts of a response, summed over all its generation turns."""
+
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "input_tokens_details": {"cached_tokens": self.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": self.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+            "total_tokens": self.input_tokens + self.output_tokens,
+        }
+
+
+@dataclass
+class _OpenItem:
+    kind: ItemKind
+    index: int
+    item: dict[str, Any]
+    parts: list[str] = field(default_factory=list)
+
+
+def request_echo(request: CreateRequest) -> dict[str, Any]:
+    """The request fields a Response object repeats back."""
+    return {
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "max_tool_calls": request.max_tool_calls,
+        "metadata": request.metadata or {},
+        "parallel_tool_calls": request.parallel_tool_calls,
+        "previous_response_id": request.previous_response_id,
+        "reasoning": {
+            "effort": request.reasoning_effort,
+            "summary": request.reasoning.summary if request.reasoning else None,
+        },
+        "service_tier": "default",
+        "store": request.store,
+        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "text": _text_echo(request),
+        "tool_choice": (
+            request.tool_choice
+            if isinstance(request.tool_choice, str)
+            else request.tool_choice.model_dump(exclude_none=True)
+        ),
+        "tools": [_tool_echo(tool) for tool in request.tools],
+        "top_logprobs": 0,
+        "top_p": 1.0 if request.top_p is None else request.top_p,
+        "truncation": request.truncation,
+        "user": request.user,
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+    }
+
+
+def _text_echo(request: CreateRequest) -> dict[str, Any]:
+    text: dict[str, Any] = {"format": {"type": "text"}, "verbosity": "medium"}
+    if request.text is not None:
+        if request.text.format is not None:
+            text["format"] = request.text.format.model_dump(exclude_none=True, by_alias=True)
+        if request.text.verbosity is not None:
+            text["verbosity"] = request.text.verbosity
+    return text
+
+
+def _tool_echo(tool: Any) -> dict[str, Any]:
+    if isinstance(tool, McpTool):
+        # Credentials are used for the call and never stored or echoed.
+        echoed: dict[str, Any] = tool.model_dump(
+            exclude_none=True, exclude={"headers", "authorization"}
+        )
+        return echoed
+    if isinstance(tool, FunctionTool):
+        return {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
+        }
+    dumped: dict[str, Any] = tool.model_dump(exclude_none=True)
+    return dumped
+
+
+class ResponseBuilder:
+    """Holds one response's state and emits its events in order.
+
+    Not thread-safe; one producer task drives it. Raises `IllegalTransition`
+    (a bug, never user input) on an impossible status change.
+    """
+
+    def __init__(
+        self,
+        *,
+        response_id: str,
+        model: str,
+        created_at: float,
+        echo: dict[str, Any],
+        background: bool,
+        emit: Emit,
+    ) -> None:
+        self.id = response_id
+        self.model = model
+        self.created_at = created_at
+        self.background = background
+        self.status: Status = "queued" if background else "in_progress"
+        self.output: list[dict[str, Any]] = []
+        self.usage = Usage()
+        self.error: dict[str, Any] | None = None
+        self.incomplete_reason: str | None = None
+        self.completed_at: float | None = None
+        self._echo = echo
+        self._emit = emit
+        self._sequence = 0
+        self._open: _OpenItem | None = None
+
+    # -- snapshots -----------------------------------------------------------
+
+    @property
+    def next_sequence_number(self) -> int:
+        return self._sequence
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+    def finished_items(self) -> list[dict[str, Any]]:
+        """Output items whose ``output_item.done`` has been emitted."""
+        return self.output if self._open is None else self.output[:-1]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The Response object as it stands (finished items plus the open one)."""
+        terminal = self.status in TERMINAL
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "background": self.background,
+            "completed_at": self.completed_at,
+            "error": self.error,
+            "incomplete_details": (
+                {"reason": self.incomplete_reason} if self.incomplete_reason else None
+            ),
+            "model": self.model,
+            "output": [dict(item) for item in self.finished_items()],
+            "usage": self.usage.to_json() if terminal else None,
+            **self._echo,
+        }
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Emit ``response.created`` (and ``response.queued`` for background)."""
+        self._event({"type": "response.created", "response": self.snapshot()})
+        if self.background:
+            self._event({"type": "response.queued", "response": self.snapshot()})
+
+    def mark_in_progress(self) -> None:
+        """Emit ``response.in_progress``; moves a queued response on."""
+        if self.status == "queued":
+            self._transition("in_progress")
+        self._event({"type": "response.in_progress", "response": self.snapshot()})
+
+    def finish(
+        self,
+        status: Status,
+        *,
+        now: float,
+        error: dict[str, Any] | None = None,
+        incomplete_reason: str | None = None,
+    ) -> None:
+        """Close any open item and emit the terminal event for ``status``."""
+        if self._open is not None:
+            self.close_item("incomplete")
+        self._transition(status)
+        self.error = error
+        self.incomplete_reason = incomplete_reason
+        if status == "completed":
+            self.completed_at = now
+        self._event({"type": TERMINAL_EVENT[status], "response": self.snapshot()})
+
+    def _transition(self, status: Status) -> None:
+        check_transition(self.status, status)
+        self.status = status
+
+    # -- items -------------------------------------------------------------------
+
+    @property
+    def open_kind(self) -> ItemKind | None:
+        return self._open.kind if self._open is not None else None
+
+    def open_reasoning(self) -> None:
+        item = {
+            "id": new_id("rs"),
+            "type": "reasoning",
+            "summary": [],
+            "content": [],
+            "status": "in_progress",
+        }
+        self._add("reasoning", item, part={"type": "reasoning_text", "text": ""})
+
+    def open_message(self, *, phase: Literal["commentary", "final_answer"] | None = None) -> None:
+        item: dict[str, Any] = {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        if phase is not None:
+            item["phase"] = phase
+        self._add(
+            "message",
+            item,
+            part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+        )
+
+    def open_function_call(self, name: str) -> None:
+        item = {
+            "id": new_id("fc"),
+            "type": "function_call",
+            "call_id": new_id("call"),
+            "name": name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        self._add("function_call", item, part=None)
+
+    def delta(self, text: str) -> None:
+        """Append streamed text to the open item (its kind picks the event)."""
+        open_item = self._open
+        if open_item is None:
+            raise RuntimeError("delta() without an open item")
+        open_item.parts.append(text)
+        kind = open_item.kind
+        self._sequence += 1
+        if kind == "message":
+            self._emit(
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": self._sequence - 1,
+                    "item_id": open_item.item["id"],
+                    "output_index": open_item.index,
+                    "content_index": 0,
+                    "delta": text,
+                    "logprobs": [],
+                }
+            )
+        elif kind == "reasoning":
+            self._emit(
+                {
+                    "type": "response.reasoning_text.delta",
+                    "sequence_number": self._sequence - 1,
+                    "item_id": open_item.item["id"],
+                    "output_index": open_item.index,
+                    "content_index": 0,
+                    "delta": text,
+                }
+            )
+        else:
+            self._emit(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "sequence_number": self._sequence - 1,
+                    "item_id": open_item.item["id"],
+                    "output_index": open_item.index,
+                    "delta": text,
+                }
+            )
+
+    def close_item(self, status: ItemStatus = "completed") -> dict[str, Any]:
+        """Emit the ``*.done`` events of the open item and return the finished item."""
+        open_item = self._open
+        if open_item is None:
+            raise RuntimeError("close_item() without an open item")
+        self._open = None
+        text = "".join(open_item.parts)
+        item = open_item.item
+        ref = {"item_id": item["id"], "output_index": open_item.index}
+        if open_item.kind == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            self._event(
+                {
+                    "type": "response.output_text.done",
+                    **ref,
+                    "content_index": 0,
+                    "text": text,
+                    "logprobs": [],
+                }
+            )
+            self._event(
+                {"type": "response.content_part.done", **ref, "content_index": 0, "part": part}
+            )
+            item["content"] = [part]
+        elif open_item.kind == "reasoning":
+            part = {"type": "reasoning_text", "text": text}
+            self._event(
+                {"type": "response.reasoning_text.done", **ref, "content_index": 0, "text": text}
+            )
+            self._event(
+                {"type": "response.content_part.done", **ref, "content_index": 0, "part": part}
+            )
+            item["content"] = [part]
+        else:
+            self._event({"type": "response.function_call_arguments.done", **ref, "arguments": text})
+            item["arguments"] = text
+        item["status"] = status
+        self._event(
+            {
+                "type": "response.output_item.done",
+                "output_index": open_item.index,
+                "item": dict(item),
+            }
+        )
+        return item
+
+    def _add(self, kind: ItemKind, item: dict[str, Any], *, part: dict[str, Any] | None) -> None:
+        if self._open is not None:
+            raise RuntimeError(f"cannot open a {kind} item while a {self._open.kind} is open")
+        index = len(self.output)
+        self.output.append(item)
+        self._open = _OpenItem(kind, index, item)
+        self._event(
+            {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
+        )
+        if part is not None:
+            self._event(
+                {
+                    "type": "response.content_part.added",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "part": part,
+                }
+            )
+
+    def _event(self, event: Event) -> None:
+        event["sequence_number"] = self._sequence
+        self._sequence += 1
+        self._emit(event)

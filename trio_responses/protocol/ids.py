@@ -1,0 +1,13 @@
+"""Unguessable object ids with OpenAI-style prefixes (``resp_``, ``msg_``, ``rs_``…)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Literal
+
+IdPrefix = Literal["resp", "msg", "rs", "fc", "fco", "call", "ci", "ws", "mcp", "mcpl", "mcpr"]
+
+
+def new_id(prefix: IdPrefix) -> str:
+    """A fresh id: the prefix, ``_``, and 192 random bits as 48 hex digits."""
+    return f"{prefix}_{secrets.token_hex(24)}"

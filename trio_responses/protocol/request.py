@@ -1,0 +1,663 @@
+"""The ``POST /v1/responses`` request: validation and normalisation (sans-IO).
+
+`parse_create_request` turns a decoded JSON body into a `CreateRequest`, or
+raises `InvalidRequestError` naming the offending ``param`` the way the OpenAI
+API does (``input[0].content``, ``tools[2].name``…).
+
+Policy for fields (SPEC §4):
+
+* honoured fields are validated strictly (no silent type coercion);
+* OpenAI fields that cannot change the result are accepted and ignored
+  (`IGNORED_FIELDS`);
+* OpenAI fields we do not implement and that would change the result are
+  rejected with a message saying so (`UNSUPPORTED_FIELDS`);
+* anything else is an unknown parameter.
+
+Input items tolerate extra keys (clients echo output items back with fields
+that vary between SDK versions); tools do not, since a tool option we do not
+understand could change what the model is allowed to do.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
+
+from .._exceptions import InvalidRequestError
+
+__all__ = [
+    "CreateRequest",
+    "FunctionTool",
+    "InputItem",
+    "McpTool",
+    "parse_create_request",
+]
+
+# -- fields -------------------------------------------------------------------
+
+IGNORED_FIELDS = frozenset(
+    {
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+        "safety_identifier",
+        "stream_options",
+        "access_programs",
+        "background_options",
+    }
+)
+"""OpenAI request fields accepted and ignored: hints that cannot change the output."""
+
+UNSUPPORTED_FIELDS = {
+    "conversation": "Conversations are not supported by this server; "
+    "use 'previous_response_id' or send the full history in 'input'.",
+    "prompt": "Stored prompt templates are not supported by this server; "
+    "send 'instructions' and 'input' instead.",
+    "context_management": "Server-side context management is not supported by this server.",
+    "moderation": "Moderation is not supported by this server.",
+    "image": "Image options are not supported by this server.",
+}
+"""OpenAI request fields rejected when set: ignoring them would change the result."""
+
+SUPPORTED_INCLUDES = frozenset(
+    {
+        "code_interpreter_call.outputs",
+        "reasoning.encrypted_content",
+        "web_search_call.action.sources",
+        "web_search_call.results",
+    }
+)
+
+_STRICT = ConfigDict(strict=True, extra="forbid")
+_LENIENT = ConfigDict(strict=True, extra="allow")
+
+
+# -- content parts --------------------------------------------------------------
+
+
+class InputText(BaseModel):
+    model_config = _LENIENT
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(BaseModel):
+    model_config = _LENIENT
+    type: Literal["output_text"]
+    text: str
+
+
+class Refusal(BaseModel):
+    model_config = _LENIENT
+    type: Literal["refusal"]
+    refusal: str
+
+
+class UnsupportedPart(BaseModel):
+    """Image, file and audio parts: gpt-oss reads text only."""
+
+    model_config = _LENIENT
+    type: Literal["input_image", "input_file", "input_audio"]
+
+
+ContentPart = Annotated[
+    InputText | OutputText | Refusal | UnsupportedPart, Field(discriminator="type")
+]
+
+
+class SummaryText(BaseModel):
+    model_config = _LENIENT
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(BaseModel):
+    model_config = _LENIENT
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class LogsOutput(BaseModel):
+    model_config = _LENIENT
+    type: Literal["logs"]
+    logs: str
+
+
+# -- input items ------------------------------------------------------------------
+
+
+class MessageItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[ContentPart]
+    id: str | None = None
+
+    def text(self) -> str:
+        """The message's text parts joined together."""
+        if isinstance(self.content, str):
+            return self.content
+        parts: list[str] = []
+        for part in self.content:
+            if isinstance(part, InputText | OutputText):
+                parts.append(part.text)
+            elif isinstance(part, Refusal):
+                parts.append(part.refusal)
+        return "".join(parts)
+
+
+class FunctionCallItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[ContentPart]
+    id: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(p.text for p in self.output if isinstance(p, InputText | OutputText))
+
+
+class ReasoningItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
+
+    def text(self) -> str:
+        if self.content:
+            return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.summary)
+
+
+class CodeInterpreterCallItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["code_interpreter_call"]
+    id: str
+    code: str | None = None
+    outputs: list[dict[str, Any]] | None = None
+
+
+class WebSearchCallItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["web_search_call"]
+    id: str
+    action: dict[str, Any] | None = None
+
+
+class McpListToolsItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["mcp_list_tools"]
+    id: str
+    server_label: str
+    tools: list[dict[str, Any]]
+    error: str | None = None
+
+
+class McpCallItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["mcp_call"]
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: str | None = None
+    approval_request_id: str | None = None
+
+
+class McpApprovalRequestItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["mcp_approval_request"]
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(BaseModel):
+    model_config = _LENIENT
+    type: Literal["mcp_approval_response"]
+    approval_request_id: str
+    approve: bool
+    id: str | None = None
+    reason: str | None = None
+
+
+def _item_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        tag = value.get("type", "message")
+        return tag if isinstance(tag, str) else None
+    return getattr(value, "type", None)
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
+    | Annotated[WebSearchCallItem, Tag("web_search_call")]
+    | Annotated[McpListToolsItem, Tag("mcp_list_tools")]
+    | Annotated[McpCallItem, Tag("mcp_call")]
+    | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
+    Discriminator(_item_tag),
+]
+
+# -- tools ------------------------------------------------------------------------------
+
+
+class FunctionTool(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    # Accepted and ignored: they do not change what the model sees.
+    defer_loading: bool | None = None
+    allowed_callers: list[str] | None = None
+    output_schema: dict[str, Any] | None = None
+
+
+class CodeInterpreterTool(BaseModel):
+    model_config = _STRICT
+    type: Literal["code_interpreter"]
+    container: str | dict[str, Any] | None = None
+    allowed_callers: list[str] | None = None
+
+
+class WebSearchTool(BaseModel):
+    model_config = _STRICT
+    type: Literal[
+        "web_search",
+        "web_search_2025_08_26",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+    ]
+    search_context_size: Literal["low", "medium", "high"] | None = None
+    user_location: dict[str, Any] | None = None
+    filters: dict[str, Any] | None = None
+    search_content_types: list[str] | None = None
+    external_web_access: bool | None = None
+
+
+class McpToolFilter(BaseModel):
+    model_config = _STRICT
+    tool_names: list[str] | None = None
+    read_only: bool | None = None
+
+
+class McpApprovalFilter(BaseModel):
+    model_config = _STRICT
+    always: McpToolFilter | None = None
+    never: McpToolFilter | None = None
+
+
+class McpTool(BaseModel):
+    model_config = _STRICT
+    type: Literal["mcp"]
+    server_label: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    server_url: str | None = None
+    headers: dict[str, str] | None = None
+    authorization: str | None = None
+    allowed_tools: list[str] | McpToolFilter | None = None
+    require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
+    server_description: str | None = None
+    connector_id: str | None = None
+    defer_loading: bool | None = None
+    allowed_callers: list[str] | None = None
+
+
+class UnsupportedTool(BaseModel):
+    model_config = _LENIENT
+    type: Literal[
+        "file_search",
+        "computer",
+        "computer_use_preview",
+        "image_generation",
+        "local_shell",
+        "shell",
+        "custom",
+        "apply_patch",
+        "namespace",
+        "tool_search",
+        "programmatic_tool_calling",
+    ]
+
+
+Tool = Annotated[
+    FunctionTool | CodeInterpreterTool | WebSearchTool | McpTool | UnsupportedTool,
+    Field(discriminator="type"),
+]
+
+# -- other structured fields ----------------------------------------------------------------
+
+
+class ToolChoiceFunction(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    name: str
+
+
+class ToolChoiceMcp(BaseModel):
+    model_config = _STRICT
+    type: Literal["mcp"]
+    server_label: str
+    name: str | None = None
+
+
+class ToolChoiceHosted(BaseModel):
+    model_config = _STRICT
+    type: Literal["code_interpreter", "web_search_preview", "web_search_preview_2025_03_11"]
+
+
+ToolChoiceObject = Annotated[
+    ToolChoiceFunction | ToolChoiceMcp | ToolChoiceHosted, Field(discriminator="type")
+]
+
+
+class Reasoning(BaseModel):
+    model_config = _STRICT
+    effort: Literal["low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class FormatText(BaseModel):
+    model_config = _STRICT
+    type: Literal["text"]
+
+
+class FormatJsonSchema(BaseModel):
+    model_config = _STRICT
+    type: Literal["json_schema"]
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    schema_: Annotated[dict[str, Any], Field(alias="schema")]
+    description: str | None = None
+    strict: bool | None = None
+
+
+class FormatJsonObject(BaseModel):
+    model_config = _STRICT
+    type: Literal["json_object"]
+
+
+class TextConfig(BaseModel):
+    model_config = _STRICT
+    format: (
+        Annotated[FormatText | FormatJsonSchema | FormatJsonObject, Field(discriminator="type")]
+        | None
+    ) = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+Metadata = Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)]
+
+
+class CreateRequest(BaseModel):
+    """A validated create request. Build it with `parse_create_request`."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+    model: str
+    input: str | list[InputItem] = []
+    instructions: str | None = None
+    tools: list[Tool] = []
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceObject = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=0)] | None = None
+    reasoning: Reasoning | None = None
+    text: TextConfig | None = None
+    store: bool = True
+    stream: bool = False
+    background: bool = False
+    previous_response_id: str | None = None
+    metadata: Metadata | None = None
+    user: str | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    include: list[str] = []
+    # Accepted hints (IGNORED_FIELDS); stored and echoed where the Response has them.
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    safety_identifier: str | None = None
+    stream_options: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
+    background_options: dict[str, Any] | None = None
+
+    @property
+    def input_items(self) -> list[InputItem]:
+        """``input`` as items (a string becomes one user message)."""
+        if isinstance(self.input, str):
+            return [MessageItem(role="user", content=self.input)]
+        return list(self.input)
+
+    @property
+    def function_tools(self) -> list[FunctionTool]:
+        return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
+
+    @property
+    def mcp_tools(self) -> list[McpTool]:
+        return [tool for tool in self.tools if isinstance(tool, McpTool)]
+
+    @property
+    def reasoning_effort(self) -> Literal["low", "medium", "high"]:
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            return self.reasoning.effort
+        return "medium"
+
+
+_ITEM_ADAPTER: TypeAdapter[InputItem] = TypeAdapter(InputItem)
+
+
+def parse_input_item(raw: Any) -> InputItem:
+    """Validate one stored input item (already checked once when it arrived)."""
+    return _ITEM_ADAPTER.validate_python(raw)
+
+
+# -- parsing and error messages -------------------------------------------------------------
+
+
+def parse_create_request(body: Any) -> CreateRequest:
+    """Validate a decoded JSON body.
+
+    Raises:
+        InvalidRequestError: with ``param`` set to the first offending field.
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequestError("The request body must be a JSON object.", code="invalid_type")
+    fields = {key: value for key, value in body.items() if value is not None}
+    for key in fields:
+        if key in UNSUPPORTED_FIELDS:
+            raise InvalidRequestError(
+                UNSUPPORTED_FIELDS[key], param=key, code="unsupported_parameter"
+            )
+    if "model" not in fields:
+        raise InvalidRequestError(
+            "Missing required parameter: 'model'.",
+            param="model",
+            code="missing_required_parameter",
+        )
+    try:
+        request = CreateRequest.model_validate(fields)
+    except ValidationError as error:
+        raise _to_invalid_request(error, fields) from None
+    _check_semantics(request)
+    return request
+
+
+def _check_semantics(request: CreateRequest) -> None:
+    if request.background and not request.store:
+        raise InvalidRequestError(
+            "Background responses must be stored: set 'store' to true or drop 'background'.",
+            param="background",
+        )
+    for index, value in enumerate(request.include):
+        if value not in SUPPORTED_INCLUDES:
+            raise InvalidRequestError(
+                f"Unsupported value {value!r} in 'include'. Supported values are: "
+                + ", ".join(sorted(SUPPORTED_INCLUDES))
+                + ".",
+                param=f"include[{index}]",
+                code="unsupported_value",
+            )
+    for index, tool in enumerate(request.tools):
+        if isinstance(tool, UnsupportedTool):
+            raise InvalidRequestError(
+                f"Tool type {tool.type!r} is not supported by this server. Supported tool "
+                "types: function, code_interpreter, web_search, web_search_preview, mcp.",
+                param=f"tools[{index}].type",
+                code="unsupported_value",
+            )
+        if isinstance(tool, McpTool) and tool.connector_id is not None:
+            raise InvalidRequestError(
+                "MCP connectors are not supported by this server; use 'server_url' "
+                "or a server configured with --tool-server.",
+                param=f"tools[{index}].connector_id",
+                code="unsupported_parameter",
+            )
+    seen: set[str] = set()
+    for index, function in enumerate(request.tools):
+        if isinstance(function, FunctionTool):
+            if function.name in seen:
+                raise InvalidRequestError(
+                    f"Duplicate function name {function.name!r} in 'tools'.",
+                    param=f"tools[{index}].name",
+                )
+            seen.add(function.name)
+    choice = request.tool_choice
+    if isinstance(choice, ToolChoiceFunction) and choice.name not in seen:
+        raise InvalidRequestError(
+            f"tool_choice names function {choice.name!r}, which is not in 'tools'.",
+            param="tool_choice",
+        )
+    for index, item in enumerate(request.input_items):
+        if isinstance(item, MessageItem) and not isinstance(item.content, str):
+            for part_index, part in enumerate(item.content):
+                if isinstance(part, UnsupportedPart):
+                    raise InvalidRequestError(
+                        f"Content of type {part.type!r} is not supported: gpt-oss models "
+                        "read text only. Send 'input_text' parts.",
+                        param=f"input[{index}].content[{part_index}].type",
+                        code="unsupported_value",
+                    )
+
+
+_TYPE_NAMES = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "bool_type": "a boolean",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "list_type": "an array",
+    "none_required": "null",
+}
+
+
+def _param_path(loc: tuple[int | str, ...], data: Any, keep_last: bool) -> str:
+    """Render a pydantic location as an OpenAI param path, skipping union labels.
+
+    Pydantic adds the name of the union member it tried (``str``, ``function``…)
+    to locations; those are not keys of the data, so they are dropped.
+    """
+    path = ""
+    node = data
+    for position, part in enumerate(loc):
+        last = position == len(loc) - 1
+        if isinstance(part, int):
+            if isinstance(node, list) and 0 <= part < len(node):
+                node = node[part]
+                path += f"[{part}]"
+            continue
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif not (last and keep_last):
+            continue
+        else:
+            node = None
+        path += f".{part}" if path else part
+    return path
+
+
+def _to_invalid_request(error: ValidationError, data: dict[str, Any]) -> InvalidRequestError:
+    located = []
+    for entry in error.errors(include_url=False):
+        keep_last = entry["type"] in ("missing", "extra_forbidden")
+        located.append((_param_path(entry["loc"], data, keep_last), entry))
+    # Unions report one error per member; the deepest location is the member that
+    # matched the data's shape, so it is the most useful one to report.
+    param, first = max(located, key=lambda pair: _depth(pair[0]))
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return InvalidRequestError(
+            f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter"
+        )
+    if kind == "missing":
+        return InvalidRequestError(
+            f"Missing required parameter: '{param}'.",
+            param=param,
+            code="missing_required_parameter",
+        )
+    expected = [
+        _TYPE_NAMES[e["type"]] for p, e in located if p == param and e["type"] in _TYPE_NAMES
+    ]
+    if kind in _TYPE_NAMES and expected:
+        unique = list(dict.fromkeys(expected))
+        wanted = unique[0] if len(unique) == 1 else "one of " + " or ".join(unique)
+        return InvalidRequestError(
+            f"Invalid type for '{param}': expected {wanted}.", param=param, code="invalid_type"
+        )
+    if kind == "union_tag_invalid":
+        context = first.get("ctx", {})
+        param = f"{param}.type" if param else "type"
+        return InvalidRequestError(
+            f"Invalid value for '{param}': {context.get('tag')!r} is not supported. "
+            f"Supported values are: {context.get('expected_tags')}.",
+            param=param,
+            code="invalid_value",
+        )
+    if kind == "union_tag_not_found":
+        return InvalidRequestError(
+            f"Invalid type for '{param}': expected an object with a 'type'.",
+            param=param,
+            code="invalid_type",
+        )
+    message = first["msg"].replace("Input should", "it should")
+    return InvalidRequestError(
+        f"Invalid value for '{param}': {message}.", param=param, code="invalid_value"
+    )
+
+
+def _depth(param: str) -> int:
+    return param.count(".") + param.count("[")
