@@ -1,0 +1,120 @@
+"""Connection handling: disconnects cancel foreground jobs, close means close,
+long streams are not cut."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+import pytest
+import trio
+import trio.testing
+
+from tests.support import MODEL, JobSpy, Server, parse_sse
+
+
+async def _open_socket(server: Server) -> trio.SocketStream:
+    parts = urlsplit(server.url)
+    assert parts.hostname is not None and parts.port is not None
+    return await trio.open_tcp_stream(parts.hostname, parts.port)
+
+
+def _post(body: dict[str, object], *, close: bool = False) -> bytes:
+    payload = json.dumps(body).encode()
+    headers = [
+        "POST /v1/responses HTTP/1.1",
+        "Host: test",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+    ]
+    if close:
+        headers.append("Connection: close")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + payload
+
+
+async def _read_until(stream: trio.SocketStream, marker: bytes, buffer: bytearray) -> None:
+    while marker not in buffer:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "connection closed early"
+        buffer.extend(chunk)
+
+
+def _assert_nothing_left(server: Server) -> None:
+    stats = server.service.statistics()
+    assert stats.running_jobs == 0
+    assert stats.job_tasks == 0
+    assert stats.live_jobs == 0
+    assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
+
+
+async def test_client_disconnect_mid_stream_cancels_the_job(server: Server) -> None:
+    stream = await _open_socket(server)
+    await stream.send_all(_post({"model": MODEL, "input": "tokens:5000 delay:2", "stream": True}))
+    buffer = bytearray()
+    with trio.fail_after(10):
+        while buffer.count(b"\n\n") < 20:
+            chunk = await stream.receive_some(65536)
+            assert chunk
+            buffer.extend(chunk)
+    body = bytes(buffer).split(b"\r\n\r\n", 1)[1]
+    first = next(e for e in parse_sse(body) if e.event == "response.created")
+    response_id = first.json()["response"]["id"]
+    job = server.service.get_job(response_id)
+    assert job is not None and not job.builder.finished
+
+    await stream.aclose()
+    with trio.fail_after(2):
+        await job.done.wait()
+    assert job.status == "cancelled"
+    _assert_nothing_left(server)
+    stored = await server.client.responses.retrieve(response_id)
+    assert stored.status == "cancelled"
+
+
+async def test_client_disconnect_while_waiting_for_json_cancels_the_job(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = JobSpy(server.service, monkeypatch)
+    stream = await _open_socket(server)
+    await stream.send_all(_post({"model": MODEL, "input": "tokens:5000 delay:2"}))
+    with trio.fail_after(5):
+        job = await spy.first()
+    await stream.aclose()
+    with trio.fail_after(2):
+        await job.done.wait()
+    assert job.status == "cancelled"
+    _assert_nothing_left(server)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_connection_close_gets_eof(server: Server, stream: bool) -> None:
+    socket = await _open_socket(server)
+    await socket.send_all(_post({"model": MODEL, "input": "bye", "stream": stream}, close=True))
+    received = bytearray()
+    with trio.fail_after(5):
+        while chunk := await socket.receive_some(65536):
+            received.extend(chunk)
+    assert received.startswith(b"HTTP/1.1 200")
+    assert b"You said: bye" in received
+
+
+@pytest.fixture
+def fast_clock() -> trio.testing.MockClock:
+    """Real time, sped up 200 times: a minute of server time passes in 0.3 s."""
+    return trio.testing.MockClock(rate=200)
+
+
+async def test_stream_longer_than_a_minute_is_not_cut(
+    server: Server, fast_clock: trio.testing.MockClock
+) -> None:
+    start = trio.current_time()
+    # ~110 tokens at 0.7 s each: about 77 seconds of stream.
+    body = {"model": MODEL, "input": "tokens:100 delay:700", "stream": True}
+    async with server.http.stream("POST", "/v1/responses", json=body) as response:
+        raw = b"".join([chunk async for chunk in response.aiter_bytes()])
+    assert trio.current_time() - start > 70
+    events = parse_sse(raw)
+    assert events[-1].data == "[DONE]"
+    assert events[-2].event == "response.completed"
+    deltas = [e for e in events if e.event == "response.output_text.delta"]
+    assert len(deltas) == 100
