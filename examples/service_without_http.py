@@ -1,0 +1,28 @@
+"""Use the response service directly, without HTTP.
+
+    python examples/service_without_http.py
+
+`open_responses_service` gives the same engine, jobs and event logs as the
+server; events arrive as the dicts the HTTP stream would carry.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from trio_responses import Config, open_responses_service
+
+
+async def main() -> None:
+    async with open_responses_service(Config()) as service:
+        job = await service.create({"model": "gpt-oss-scripted", "input": "tokens:12"})
+        async for event in service.subscribe(job.id):
+            if event["type"] == "response.output_text.delta":
+                print(event["delta"], end="", flush=True)
+        print()
+        response = await service.wait(job.id)
+        print(response["status"], response["usage"]["output_tokens"], "output tokens")
+
+
+if __name__ == "__main__":
+    trio.run(main)

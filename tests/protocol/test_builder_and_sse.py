@@ -1,0 +1,117 @@
+"""Event construction and SSE framing, checked against the SDK's types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support import check_stream, validate_response
+from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.lifecycle import IllegalTransition
+from trio_responses.protocol.request import parse_create_request
+from trio_responses.protocol.sse import decode_event, encode_event
+
+
+def _builder(events: list[dict[str, Any]], **request: Any) -> ResponseBuilder:
+    parsed = parse_create_request({"model": "m", **request})
+    return ResponseBuilder(
+        response_id="resp_test",
+        model="m",
+        created_at=1.0,
+        echo=request_echo(parsed),
+        background=parsed.background,
+        emit=events.append,
+    )
+
+
+def test_full_response_events_are_valid() -> None:
+    events: list[dict[str, Any]] = []
+    builder = _builder(events)
+    builder.start()
+    builder.mark_in_progress()
+    builder.open_reasoning()
+    builder.delta("think")
+    builder.close_item()
+    builder.open_message()
+    for part in ("Hel", "lo"):
+        builder.delta(part)
+    builder.close_item()
+    builder.open_function_call("f")
+    builder.delta('{"a":')
+    builder.delta("1}")
+    builder.close_item()
+    builder.usage.input_tokens = 3
+    builder.usage.output_tokens = 4
+    builder.finish("completed", now=2.0)
+    check_stream(events)
+    final = validate_response(events[-1]["response"])
+    assert final.output_text == "Hello"
+    assert final.usage is not None and final.usage.total_tokens == 7
+    assert final.completed_at == 2.0
+
+
+def test_background_start_is_queued() -> None:
+    events: list[dict[str, Any]] = []
+    builder = _builder(events, background=True)
+    builder.start()
+    assert [e["type"] for e in events] == ["response.created", "response.queued"]
+    assert events[0]["response"]["status"] == "queued"
+    builder.finish("cancelled", now=1.0)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["status"] == "cancelled"
+
+
+def test_snapshot_holds_finished_items_only() -> None:
+    builder = _builder([])
+    builder.start()
+    builder.open_message()
+    builder.delta("partial")
+    assert builder.snapshot()["output"] == []
+    builder.close_item()
+    assert builder.snapshot()["output"][0]["content"][0]["text"] == "partial"
+
+
+def test_finish_closes_an_open_item_as_incomplete() -> None:
+    events: list[dict[str, Any]] = []
+    builder = _builder(events)
+    builder.start()
+    builder.open_message()
+    builder.delta("cut")
+    builder.finish("incomplete", now=1.0, incomplete_reason="max_output_tokens")
+    check_stream(events)
+    assert events[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_illegal_transitions_raise() -> None:
+    builder = _builder([])
+    builder.finish("completed", now=1.0)
+    with pytest.raises(IllegalTransition, match="from 'completed' to 'failed'"):
+        builder.finish("failed", now=1.0)
+
+
+def test_mcp_headers_are_never_echoed() -> None:
+    parsed = parse_create_request(
+        {
+            "model": "m",
+            "tools": [
+                {
+                    "type": "mcp",
+                    "server_label": "s",
+                    "server_url": "http://127.0.0.2/mcp",
+                    "headers": {"Authorization": "Bearer secret"},
+                }
+            ],
+        }
+    )
+    echo = request_echo(parsed)
+    assert "secret" not in repr(echo)
+    assert echo["tools"][0]["server_label"] == "s"
+
+
+def test_sse_frame_round_trip() -> None:
+    event = {"type": "response.output_text.delta", "delta": "héllo\n\n🙂", "sequence_number": 3}
+    frame = encode_event(event)
+    assert frame.startswith(b"event: response.output_text.delta\ndata: {")
+    assert frame.endswith(b"\n\n") and frame.count(b"\n\n") == 1
+    assert decode_event(frame) == event

@@ -1,0 +1,98 @@
+"""The trio-responses command: flags, environment, start-up, graceful stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import httpx2
+import pytest
+import trio
+
+from trio_responses.cli import build_parser, config_from_args
+
+
+def _config(argv: list[str], env: dict[str, str] | None = None) -> object:
+    return config_from_args(build_parser().parse_args(["serve", *argv]), env or {})
+
+
+def test_flags_and_environment() -> None:
+    config = _config(
+        ["--port", "9000", "--api-key", "a", "--api-key", "b", "--token-delay", "0.01"],
+        {"TRIO_RESPONSES_HOST": "::1", "TRIO_RESPONSES_PORT": "1"},
+    )
+    assert config.port == 9000  # type: ignore[attr-defined]
+    assert config.host == "::1"  # type: ignore[attr-defined]
+    assert config.api_keys == ("a", "b")  # type: ignore[attr-defined]
+    assert config.token_delay_s == 0.01  # type: ignore[attr-defined]
+    from_env = _config([], {"TRIO_RESPONSES_API_KEY": "x,y", "TRIO_RESPONSES_LOG_LEVEL": "debug"})
+    assert from_env.api_keys == ("x", "y")  # type: ignore[attr-defined]
+    assert from_env.engine == "scripted"  # type: ignore[attr-defined]
+
+
+def test_help_documents_every_option_with_its_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = capsys.readouterr().out
+    for flag in (
+        "--host",
+        "--port",
+        "--engine",
+        "--model",
+        "--served-model-name",
+        "--api-key",
+        "--token-delay",
+        "--log-level",
+    ):
+        assert flag in text
+        variable = "TRIO_RESPONSES_" + flag[2:].upper().replace("-", "_")
+        assert variable in text
+
+
+def test_bad_values_are_reported() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trio_responses", "serve", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "port must be between 0 and 65535" in result.stderr
+
+
+async def test_serve_command_answers_and_stops_on_sigterm() -> None:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "trio_responses", "serve", "--port", "0"],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None
+    log = b""
+    try:
+        with trio.fail_after(30):
+            while not (match := re.search(rb"listening on (http://\S+)", log)):
+                chunk = await process.stderr.receive_some()
+                assert chunk, log.decode()
+                log += chunk
+        assert b"SCRIPTED engine" in log
+        url = match.group(1).decode()
+        async with httpx2.AsyncClient(base_url=url) as http:
+            reply = await http.post(
+                "/v1/responses", json={"model": "gpt-oss-scripted", "input": "cli"}
+            )
+        assert reply.json()["output"][1]["content"][0]["text"] == "You said: cli"
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            while chunk := await process.stderr.receive_some():
+                log += chunk
+            code = await process.wait()
+        assert code == 0, log.decode()
+        assert b"shutting down" in log
+        assert b"Traceback" not in log
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -1,0 +1,7 @@
+"""``python -m trio_responses`` is the ``trio-responses`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
