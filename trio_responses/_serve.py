@@ -38,6 +38,8 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     host = f"[{config.host}]" if ":" in config.host else config.host
     hconfig.bind = [f"{host}:{config.port}"]
     hconfig.accesslog = None  # the app logs one line per request itself
+    # Hypercorn's messages go through logging, configured by the embedding app or the CLI.
+    hconfig.errorlog = logging.getLogger("hypercorn.error")
     hconfig.graceful_timeout = config.shutdown_grace_s + config.cleanup_timeout_s
     return hconfig
 

@@ -118,3 +118,21 @@ async def test_stream_longer_than_a_minute_is_not_cut(
     assert events[-2].event == "response.completed"
     deltas = [e for e in events if e.event == "response.output_text.delta"]
     assert len(deltas) == 100
+
+
+async def test_clients_hanging_up_after_the_response_cause_no_server_errors(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing right after the body races hypercorn's final send; it must stay quiet."""
+    request = _post({"model": MODEL, "input": "quick"})
+    for _ in range(150):
+        stream = await _open_socket(server)
+        await stream.send_all(request)
+        received = bytearray()
+        with trio.fail_after(5):
+            await _read_until(stream, b"You said: quick", received)
+        await stream.aclose()
+    # Let the server notice the last hang-up.
+    await trio.sleep(0.2)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == []

@@ -12,6 +12,7 @@ from trio_responses.harmony.encoding import get_encoding
 from trio_responses.harmony.translator import MalformedOutput, TurnTranslator
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
 from trio_responses.protocol.request import parse_create_request
+from trio_responses.protocol.sse import decode_event
 
 
 def _tokens(text: str) -> list[int]:
@@ -27,7 +28,7 @@ def _translator() -> tuple[TurnTranslator, list[dict[str, Any]]]:
         created_at=0.0,
         echo=request_echo(parse_create_request({"model": "m"})),
         background=False,
-        emit=events.append,
+        emit=lambda frame: events.append(decode_event(frame)),
     )
     builder.start()
     builder.mark_in_progress()

@@ -21,7 +21,7 @@ def _builder(events: list[dict[str, Any]], **request: Any) -> ResponseBuilder:
         created_at=1.0,
         echo=request_echo(parsed),
         background=parsed.background,
-        emit=events.append,
+        emit=lambda frame: events.append(decode_event(frame)),
     )
 
 

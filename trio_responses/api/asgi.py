@@ -1,10 +1,17 @@
-"""ASGI wrapper that lets hypercorn close finished connections.
+"""ASGI wrapper around the app for two hypercorn/quart-trio interactions.
 
-quart-trio cancels the request task on ``http.disconnect``; hypercorn closes the
-connection from inside the app's final ``send()``. When the two race, the
-close is cancelled and the connection stays open (``Connection: close`` is
-ignored, idle keep-alive connections are never closed). Sending the final body
-message shielded, with a deadline, lets that close complete.
+1. quart-trio cancels the request task on ``http.disconnect``; hypercorn closes
+   the connection from inside the app's final ``send()``. When the two race,
+   the close is cancelled and the connection stays open (``Connection: close``
+   is ignored, idle keep-alive connections are never closed). Sending the final
+   body message shielded, with a deadline, lets that close complete.
+
+2. hypercorn's ``TCPServer._close`` calls ``send_eof()`` without the lock its
+   data sends hold. When a client hangs up while the app is still sending,
+   the app's send meets ``trio.BusyResourceError`` ("another task is currently
+   sending data"), which hypercorn logs as an ASGI error. The connection is
+   going away and nothing more can be delivered, so such a send is dropped.
+   (Upstream: ``_close`` should take ``send_lock``.)
 """
 
 from __future__ import annotations
@@ -30,14 +37,18 @@ def shield_final_send(app: ASGIFramework) -> ASGIFramework:
             return
 
         async def guarded_send(message: ASGISendEvent) -> None:
-            if message["type"] == "http.response.body" and not cast(dict[str, Any], message).get(
-                "more_body", False
-            ):
-                with trio.CancelScope(shield=True) as scope_:
-                    scope_.deadline = trio.current_time() + FINAL_SEND_TIMEOUT_S
+            final = message["type"] == "http.response.body" and not cast(
+                dict[str, Any], message
+            ).get("more_body", False)
+            try:
+                if final:
+                    with trio.CancelScope(shield=True) as scope_:
+                        scope_.deadline = trio.current_time() + FINAL_SEND_TIMEOUT_S
+                        await send(message)
+                else:
                     await send(message)
-            else:
-                await send(message)
+            except trio.BusyResourceError:
+                pass  # hypercorn is closing this connection: see the module docstring
 
         await app(scope, receive, guarded_send)
 

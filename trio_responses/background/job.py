@@ -13,7 +13,6 @@ import trio
 
 from ..protocol.builder import ResponseBuilder
 from ..protocol.request import CreateRequest
-from ..protocol.sse import encode_event
 from .event_log import EventLog
 
 
@@ -51,7 +50,7 @@ class Job:
             created_at=created_at,
             echo=echo,
             background=request.background,
-            emit=self._emit,
+            emit=log.append,
         )
         self.cancel_scope = trio.CancelScope()
         self.done = trio.Event()
@@ -73,6 +72,3 @@ class Job:
         """Ask the job to stop; it ends ``cancelled``. Idempotent, never blocks."""
         self.cancel_requested = True
         self.cancel_scope.cancel()
-
-    def _emit(self, event: dict[str, Any]) -> None:
-        self.log.append(encode_event(event))

@@ -2,11 +2,18 @@
 
 It plans the answer with `engine.script.plan` (genuine harmony tokens) and plays
 it back one token per step, pausing ``token_delay_s`` (or ``delay:MS``) between
-tokens. Every step is a checkpoint, so a cancelled request stops at once.
+tokens; every pause is a checkpoint, so a cancelled request stops at once.
+
+With no delay it runs like an engine that is ahead of its reader: it hands
+over tokens one by one without pausing, and yields to the scheduler after each
+`YIELD_INTERVAL_S` of work. Cancellation is delivered at those yields, before
+the next token. (Yielding after every token would wake the readers once per
+token and cap a stream at a fraction of what the HTTP layer can write.)
 """
 
 from __future__ import annotations
 
+import time
 from typing import final
 
 import trio
@@ -14,6 +21,8 @@ import trio
 from .._exceptions import EngineError
 from .base import EngineInfo, GenerationRequest, GenerationResult, TokenSink
 from .script import plan
+
+YIELD_INTERVAL_S = 0.001
 
 
 @final
@@ -51,6 +60,8 @@ class ScriptedEngine:
         emitted = 0
         self._running.add(request.request_id)
         try:
+            await trio.lowlevel.checkpoint()
+            last_yield = time.perf_counter()
             for token in script.tokens:
                 if emitted >= limit:
                     return GenerationResult("length", prompt_tokens, 0, emitted)
@@ -65,8 +76,9 @@ class ScriptedEngine:
                     return GenerationResult("stop", prompt_tokens, 0, emitted)
                 if delay > 0:
                     await trio.sleep(delay)
-                else:
+                elif (now := time.perf_counter()) - last_yield >= YIELD_INTERVAL_S:
                     await trio.lowlevel.checkpoint()
+                    last_yield = now
             if script.fail_after is not None:
                 raise EngineError(
                     f"The scripted engine failed after {emitted} tokens, "

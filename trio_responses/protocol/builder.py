@@ -3,12 +3,12 @@
 `ResponseBuilder` is the only place that numbers events and the only place that
 knows the exact JSON shapes of the OpenAI Responses API (they validate against
 the ``openai.types.responses`` models; the tests check every one). Callers
-drive it with semantic steps (`open_message`, `text_delta`, `close_item`…) and
-receive each event as a plain ``dict`` through the ``emit`` callback, already
-carrying its ``sequence_number``.
+drive it with semantic steps (`open_message`, `delta`, `close_item`…) and
+receive each event as an encoded SSE frame through the ``emit`` callback,
+already carrying its ``sequence_number``: events are encoded exactly once.
 
-Per-token steps (`text_delta` and friends) build one small dict and nothing
-else: their cost does not depend on how long the response already is.
+The per-token step (`delta`) escapes one string and joins three byte strings:
+its cost does not depend on how long the response already is.
 """
 
 from __future__ import annotations
@@ -20,9 +20,17 @@ from typing import Any, Literal
 from .ids import new_id
 from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
 from .request import CreateRequest, FunctionTool, McpTool
+from .sse import delta_frame, delta_prefix, encode_event
 
 Event = dict[str, Any]
-Emit = Callable[[Event], None]
+Emit = Callable[[bytes], None]
+"""Receives each event as one encoded SSE frame."""
+
+_DELTA_TYPES = {
+    "message": "response.output_text.delta",
+    "reasoning": "response.reasoning_text.delta",
+    "function_call": "response.function_call_arguments.delta",
+}
 
 ItemKind = Literal["reasoning", "message", "function_call"]
 ItemStatus = Literal["completed", "incomplete"]
@@ -52,6 +60,7 @@ class _OpenItem:
     kind: ItemKind
     index: int
     item: dict[str, Any]
+    prefix: bytes
     parts: list[str] = field(default_factory=list)
 
 
@@ -267,41 +276,8 @@ class ResponseBuilder:
         if open_item is None:
             raise RuntimeError("delta() without an open item")
         open_item.parts.append(text)
-        kind = open_item.kind
+        self._emit(delta_frame(open_item.prefix, text, self._sequence))
         self._sequence += 1
-        if kind == "message":
-            self._emit(
-                {
-                    "type": "response.output_text.delta",
-                    "sequence_number": self._sequence - 1,
-                    "item_id": open_item.item["id"],
-                    "output_index": open_item.index,
-                    "content_index": 0,
-                    "delta": text,
-                    "logprobs": [],
-                }
-            )
-        elif kind == "reasoning":
-            self._emit(
-                {
-                    "type": "response.reasoning_text.delta",
-                    "sequence_number": self._sequence - 1,
-                    "item_id": open_item.item["id"],
-                    "output_index": open_item.index,
-                    "content_index": 0,
-                    "delta": text,
-                }
-            )
-        else:
-            self._emit(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "sequence_number": self._sequence - 1,
-                    "item_id": open_item.item["id"],
-                    "output_index": open_item.index,
-                    "delta": text,
-                }
-            )
 
     def close_item(self, status: ItemStatus = "completed") -> dict[str, Any]:
         """Emit the ``*.done`` events of the open item and return the finished item."""
@@ -354,7 +330,12 @@ class ResponseBuilder:
             raise RuntimeError(f"cannot open a {kind} item while a {self._open.kind} is open")
         index = len(self.output)
         self.output.append(item)
-        self._open = _OpenItem(kind, index, item)
+        fields: dict[str, Any] = {"item_id": item["id"], "output_index": index}
+        if kind != "function_call":
+            fields["content_index"] = 0
+        if kind == "message":
+            fields["logprobs"] = []
+        self._open = _OpenItem(kind, index, item, delta_prefix(_DELTA_TYPES[kind], fields))
         self._event(
             {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
         )
@@ -372,4 +353,4 @@ class ResponseBuilder:
     def _event(self, event: Event) -> None:
         event["sequence_number"] = self._sequence
         self._sequence += 1
-        self._emit(event)
+        self._emit(encode_event(event))

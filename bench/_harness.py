@@ -1,0 +1,116 @@
+"""Shared benchmark plumbing: a server in its own process, a raw HTTP/1.1 client.
+
+The server runs as ``python -m trio_responses serve`` in a child process so the
+client does not share its CPU; on a 2-core box each gets one core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+MODEL = "gpt-oss-scripted"
+
+
+@asynccontextmanager
+async def running_server(*flags: str) -> AsyncIterator[tuple[str, int]]:
+    """Start ``trio-responses serve FLAGS`` on a free port; yields (host, port)."""
+    host, port = "127.0.0.1", _free_port()
+    process = await trio.lowlevel.open_process(
+        [
+            sys.executable,
+            "-m",
+            "trio_responses",
+            "serve",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *flags,
+        ],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        await _wait_healthy(host, port)
+        yield host, port
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def _wait_healthy(host: str, port: int) -> None:
+    with trio.fail_after(60):
+        while True:
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError:
+                await trio.sleep(0.1)
+                continue
+            async with stream:
+                await stream.send_all(b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n")
+                if (await stream.receive_some(1024)).startswith(b"HTTP/1.1 200"):
+                    return
+
+
+def request_bytes(body: dict[str, object], path: str = "/v1/responses") -> bytes:
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    )
+    return head.encode() + payload
+
+
+class Connection:
+    """A keep-alive HTTP/1.1 connection that reads Content-Length responses."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> Connection:
+        return cls(await trio.open_tcp_stream(host, port))
+
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        await self.stream.send_all(data)
+        while b"\r\n\r\n" not in self.buffer:
+            await self._fill()
+        head, _, rest = bytes(self.buffer).partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        match = re.search(rb"(?i)content-length: (\d+)", head)
+        assert match, head
+        length = int(match.group(1))
+        self.buffer = bytearray(rest)
+        while len(self.buffer) < length:
+            await self._fill()
+        body = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        return status, body
+
+    async def _fill(self) -> None:
+        chunk = await self.stream.receive_some(1 << 16)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buffer.extend(chunk)

@@ -1,0 +1,50 @@
+"""The SSE body coalesces queued events and keeps quiet streams alive."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from tests.conftest import StartServer
+from tests.support import MODEL
+from trio_responses.api.sse import SSEBody
+from trio_responses.background.event_log import EventLog
+from trio_responses.background.subscription import Subscription
+from trio_responses.protocol.sse import DONE, KEEPALIVE, encode_event
+
+
+def _frame(n: int) -> bytes:
+    return encode_event({"type": "response.in_progress", "sequence_number": n})
+
+
+async def test_everything_queued_goes_out_in_one_write() -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(Subscription(log, -1), keepalive_s=10)
+    for n in range(30):
+        log.append(_frame(n))
+    assert await body.__anext__() == b"".join(_frame(n) for n in range(30))
+    log.close()
+    assert await body.__anext__() == DONE
+
+
+async def test_idle_stream_gets_keepalive_comments(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    closed: list[bool] = []
+    body = SSEBody(Subscription(log, -1), keepalive_s=15, on_close=lambda: closed.append(True))
+    start = trio.current_time()
+    assert await body.__anext__() == KEEPALIVE
+    assert trio.current_time() - start == 15
+    await body.aclose()
+    await body.aclose()
+    assert closed == [True]
+
+
+async def test_keepalive_reaches_the_client(start_server: StartServer) -> None:
+    server = await start_server(sse_keepalive_s=0.02)
+    body = {"model": MODEL, "input": "tokens:2 delay:60", "stream": True}
+    async with server.http.stream("POST", "/v1/responses", json=body) as response:
+        raw = b"".join([chunk async for chunk in response.aiter_bytes()])
+    assert b"\n\n: keep-alive\n\n" in raw
+    assert raw.endswith(b"data: [DONE]\n\n")
