@@ -39,6 +39,7 @@ from .background.event_log import EventLog
 from .background.job import Job
 from .background.subscription import Subscription
 from .engine import Engine, open_engine
+from .harmony.encoding import get_encoding
 from .harmony.prompt import build_conversation, render_prompt
 from .protocol.builder import request_echo
 from .protocol.ids import IdPrefix, new_id
@@ -378,6 +379,9 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
     On exit, running jobs are cancelled and end ``failed`` (``server_shutdown``).
     """
     store = MemoryStore(max_responses=config.max_stored_responses, ttl_s=config.store_ttl_s)
+    # Loading the harmony vocabulary takes a few hundred milliseconds (or a download):
+    # do it now, off the event loop, rather than inside the first request.
+    await trio.to_thread.run_sync(get_encoding)
     try:
         async with open_engine(config) as engine, trio.open_nursery() as nursery:
             service = ResponsesService(
