@@ -16,7 +16,7 @@ from trio_responses import Config, open_responses_service
 async def main() -> None:
     async with open_responses_service(Config()) as service:
         job = await service.create({"model": "gpt-oss-scripted", "input": "tokens:12"})
-        async for event in service.subscribe(job.id):
+        async for event in await service.subscribe(job.id):
             if event["type"] == "response.output_text.delta":
                 print(event["delta"], end="", flush=True)
         print()

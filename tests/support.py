@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -167,3 +168,108 @@ class JobSpy:
         """The first job created (waits for it)."""
         await self._created.wait()
         return self.jobs[0]
+
+
+class RawSSEClient:
+    """A raw HTTP/1.1 client for one SSE response: no library between us and the bytes.
+
+    `read_all` returns the decoded body (chunked encoding removed), so two
+    readers of the same log can be compared byte for byte.
+    """
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.status = 0
+        self.body = bytearray()
+        self._buffer = bytearray()
+        self._eof = False
+
+    @classmethod
+    async def open(
+        cls,
+        server: Server,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        receive_buffer: int | None = None,
+    ) -> RawSSEClient:
+        parts = urlsplit(server.url)
+        assert parts.hostname is not None and parts.port is not None
+        sock = trio.socket.socket()
+        if receive_buffer is not None:
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, receive_buffer)
+        await sock.connect((parts.hostname, parts.port))
+        client = cls(trio.SocketStream(sock))
+        payload = json.dumps(body).encode() if body is not None else b""
+        lines = [f"{method} {path} HTTP/1.1", "Host: test"]
+        if body is not None:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        await client.stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+        return client
+
+    async def read_head(self) -> int:
+        while b"\r\n\r\n" not in self._buffer:
+            await self._fill()
+        head, _, rest = bytes(self._buffer).partition(b"\r\n\r\n")
+        self.status = int(head.split(b" ", 2)[1])
+        self._chunked = b"transfer-encoding: chunked" in head.lower()
+        self._buffer = bytearray(rest)
+        return self.status
+
+    async def read_events(self, count: int) -> list[SSEEvent]:
+        """Read until at least ``count`` complete events have arrived."""
+        if not self.status:
+            await self.read_head()
+        while len(parse_sse(bytes(self._complete_body()))) < count:
+            await self._fill()
+        return parse_sse(bytes(self._complete_body()))
+
+    async def read_all(self) -> bytes:
+        """Read to the end of the response (the last chunk)."""
+        if not self.status:
+            await self.read_head()
+        while not self._body_done():
+            await self._fill()
+        return bytes(self.body)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    def _complete_body(self) -> bytearray:
+        self._body_done()
+        end = self.body.rfind(b"\n\n")
+        return self.body[: end + 2]
+
+    def _body_done(self) -> bool:
+        """Move complete chunks from the buffer to the body; True after the last one."""
+        if not self._chunked:
+            self.body.extend(self._buffer)
+            self._buffer.clear()
+            return self._eof
+        while True:
+            line_end = self._buffer.find(b"\r\n")
+            if line_end < 0:
+                return False
+            size = int(self._buffer[:line_end], 16)
+            if len(self._buffer) < line_end + 2 + size + 2:
+                return False
+            start = line_end + 2
+            self.body.extend(self._buffer[start : start + size])
+            del self._buffer[: start + size + 2]
+            if size == 0:
+                return True
+
+    async def _fill(self) -> None:
+        chunk = await self.stream.receive_some(1 << 16)
+        if not chunk:
+            self._eof = True
+            if self._chunked:
+                raise ConnectionError("connection closed inside a chunked body")
+            return
+        self._buffer.extend(chunk)
+
+    async def at_eof(self) -> bool:
+        """True if the server closed the connection (reads what is left)."""
+        return await self.stream.receive_some(1 << 16) == b""

@@ -96,3 +96,55 @@ async def test_serve_command_answers_and_stops_on_sigterm() -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_sigterm_lets_jobs_end_and_exits_cleanly() -> None:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "trio_responses", "serve", "--port", "0", "--shutdown-grace", "1"],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None
+    log = b""
+    try:
+        with trio.fail_after(30):
+            while not (match := re.search(rb"listening on (http://\S+)", log)):
+                chunk = await process.stderr.receive_some()
+                assert chunk, log.decode()
+                log += chunk
+        url = match.group(1).decode()
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as http:
+            created = await http.post(
+                "/v1/responses",
+                json={
+                    "model": "gpt-oss-scripted",
+                    "input": "tokens:100000 delay:10",
+                    "background": True,
+                },
+            )
+            response_id = created.json()["id"]
+            async with http.stream("GET", f"/v1/responses/{response_id}?stream=true") as stream:
+                lines = stream.aiter_lines()
+                async for line in lines:
+                    if line.startswith("event: response.output_text.delta"):
+                        break
+                process.send_signal(signal.SIGTERM)
+                started = trio.current_time()
+                rest = [line async for line in lines]
+        terminal = next(line for line in reversed(rest) if line.startswith("data: {"))
+        assert '"type":"response.failed"' in terminal
+        assert '"code":"server_shutdown"' in terminal
+        assert "data: [DONE]" in rest
+        with trio.fail_after(15):
+            while chunk := await process.stderr.receive_some():
+                log += chunk
+            code = await process.wait()
+        assert trio.current_time() - started < 1 + 10
+        assert code == 0, log.decode()
+        text = log.decode()
+        assert "Traceback" not in text and "leak" not in text.lower()
+        assert f"{response_id} failed" in text
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

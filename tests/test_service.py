@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from tests.support import MODEL, check_stream
-from trio_responses import Config, NotFoundError, open_responses_service
+from trio_responses import Config, NotFoundError, ShuttingDownError, open_responses_service
 
 
 async def test_create_subscribe_wait_retrieve() -> None:
     async with open_responses_service(Config()) as service:
         job = await service.create({"model": MODEL, "input": "embedded"})
-        events = [event async for event in service.subscribe(job.id)]
+        events = [event async for event in await service.subscribe(job.id)]
         check_stream(events)
         response = await service.wait(job.id)
         assert response["status"] == "completed"
@@ -25,10 +26,37 @@ async def test_create_subscribe_wait_retrieve() -> None:
 async def test_closing_the_service_ends_running_jobs() -> None:
     async with open_responses_service(Config()) as service:
         job = await service.create({"model": MODEL, "input": "tokens:1000 delay:10"})
-        subscription = service.subscribe(job.id)
+        subscription = await service.subscribe(job.id)
         assert await subscription.receive_frames()
     with trio.fail_after(5):
         await job.done.wait()
     assert job.status == "failed"
     assert job.snapshot()["error"]["code"] == "server_shutdown"
     assert job.log.closed
+
+
+async def test_shutdown_gives_grace_then_ends_the_rest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_responses_service(Config(shutdown_grace_s=5)) as service:
+        quick = await service.create(
+            {"model": MODEL, "input": "tokens:20 delay:100", "background": True}
+        )
+        slow = await service.create(
+            {"model": MODEL, "input": "tokens:1000 delay:100", "background": True}
+        )
+        subscription = await service.subscribe(slow.id)
+        started = trio.current_time()
+        await service.shutdown(5)
+        assert trio.current_time() - started == pytest.approx(5, abs=0.5)
+        with pytest.raises(ShuttingDownError):
+            await service.create({"model": MODEL, "input": "too late"})
+        assert (await service.retrieve(quick.id))["status"] == "completed"
+        stored = await service.retrieve(slow.id)
+        assert stored["status"] == "failed"
+        assert stored["error"]["code"] == "server_shutdown"
+        events = [event async for event in subscription]
+        assert events[-1]["type"] == "response.failed"
+        assert events[-1]["response"]["error"]["code"] == "server_shutdown"
+        stats = service.statistics()
+        assert stats.running_jobs == 0 and stats.job_tasks == 0

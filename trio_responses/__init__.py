@@ -17,6 +17,7 @@ from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._exceptions import ResponsesError as ResponsesError
 from ._exceptions import ServerBusyError as ServerBusyError
 from ._exceptions import ServerError as ServerError
+from ._exceptions import ShuttingDownError as ShuttingDownError
 from ._serve import serve as serve
 from ._serve import serve_service as serve_service
 from ._service import ResponsesService as ResponsesService

@@ -62,7 +62,11 @@ class Config:
     replay_bytes: int = 32 * 1024 * 1024
     """Event-log ring: most encoded bytes kept per response."""
     stream_retention_s: float = 600.0
-    """How long a finished response's event log stays available for replay."""
+    """How long a finished background response's event log stays available for replay."""
+    max_retained_streams: int = 1_000
+    """Most finished event logs kept for replay; the oldest go first."""
+    retained_stream_bytes: int = 512 * 1024 * 1024
+    """Most bytes held by finished event logs kept for replay; the oldest go first."""
 
     # -- jobs and store ---------------------------------------------------------
     max_active_jobs: int = 64
@@ -94,6 +98,8 @@ class Config:
             "max_active_jobs",
             "max_stored_responses",
             "max_model_len",
+            "max_retained_streams",
+            "retained_stream_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

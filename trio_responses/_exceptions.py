@@ -9,8 +9,9 @@ Each error carries the hints the wire format needs (status, type, code, param)::
     │   └── ModelNotFoundError          404          invalid_request_error   model_not_found
     ├── RequestTooLargeError            413          invalid_request_error   request_too_large
     ├── ServerBusyError                 429          server_busy             server_busy
-    └── ServerError                     500          server_error            server_error
-        └── EngineError                 500          server_error            server_error
+    ├── ServerError                     500          server_error            server_error
+    │   └── EngineError                 500          server_error            server_error
+    └── ShuttingDownError               503          server_error            server_shutting_down
 
 Messages are written for the person reading the API response: they say what is
 wrong and what to do about it.
@@ -99,3 +100,11 @@ class ServerError(ResponsesError):
 
 class EngineError(ServerError):
     """The inference engine failed while producing a response."""
+
+
+class ShuttingDownError(ResponsesError):
+    """The server is shutting down and takes no new responses."""
+
+    status_hint = 503
+    error_type = "server_error"
+    default_code = "server_shutting_down"

@@ -10,7 +10,6 @@ what a cancellation means.
 from __future__ import annotations
 
 import logging
-import time
 
 from ._exceptions import EngineError
 from .background.job import Job
@@ -47,26 +46,22 @@ async def generate_response(job: Job, engine: Engine, *, max_model_len: int) -> 
         )
     except EngineError as error:
         _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
-        builder.finish("failed", now=_now(), error=_error(str(error)))
+        job.finish("failed", error=_error(str(error)))
         return
     except MalformedOutput as error:
         _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
-        builder.finish("failed", now=_now(), error=_error(f"{error}."))
+        job.finish("failed", error=_error(f"{error}."))
         return
     _count(job, translator, prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens)
     outcome = translator.finish(result.finish_reason)
     if outcome.kind in ("final", "tool_call"):
-        builder.finish("completed", now=_now())
+        job.finish("completed")
     elif outcome.kind == "truncated":
-        builder.finish("incomplete", now=_now(), incomplete_reason="max_output_tokens")
+        job.finish("incomplete", incomplete_reason="max_output_tokens")
     elif any(item["type"] == "message" for item in builder.output):
-        builder.finish("completed", now=_now())
+        job.finish("completed")
     else:
-        builder.finish(
-            "failed",
-            now=_now(),
-            error=_error("The model stopped before giving an answer."),
-        )
+        job.finish("failed", error=_error("The model stopped before giving an answer."))
 
 
 def _count(job: Job, translator: TurnTranslator, *, prompt_tokens: int, cached_tokens: int) -> None:
@@ -79,6 +74,3 @@ def _count(job: Job, translator: TurnTranslator, *, prompt_tokens: int, cached_t
 
 def _error(message: str) -> dict[str, str]:
     return {"code": "server_error", "message": message}
-
-
-_now = time.time

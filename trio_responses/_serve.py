@@ -41,6 +41,9 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     # Hypercorn's messages go through logging, configured by the embedding app or the CLI.
     hconfig.errorlog = logging.getLogger("hypercorn.error")
     hconfig.graceful_timeout = config.shutdown_grace_s + config.cleanup_timeout_s
+    # Hypercorn listens with a backlog of 100: a burst of new connections beyond it
+    # waits for SYN retransmits (1 s, 3 s, 7 s...). Allow bursts of SSE readers.
+    hconfig.backlog = 2048
     return hconfig
 
 

@@ -1,18 +1,20 @@
 """The response service: creates jobs, owns their tasks, serves their state.
 
-`open_responses_service` opens the engine, the store and the job nursery; the
+`open_responses_service` opens the engine, the store and the nurseries; the
 `ResponsesService` it yields is the whole API without HTTP::
 
     async with open_responses_service(Config()) as service:
         job = await service.create({"model": "gpt-oss-scripted", "input": "hello"})
-        async for event in service.subscribe(job.id):
+        async for event in await service.subscribe(job.id):
             ...
         response = await service.wait(job.id)
 
 Task tree (SPEC §2)::
 
-    open_responses_service          (root nursery)
-    └── job nursery: one task per response, foreground and background
+    open_responses_service                  service nursery
+    ├── maintenance                         expires retained logs and stored responses
+    └── job nursery                         one task per response, foreground and background
+        └── _run_job                        admission -> generate_response -> persist
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Literal, final
 
 import trio
 
@@ -33,10 +35,12 @@ from ._exceptions import (
     ModelNotFoundError,
     NotFoundError,
     ServerBusyError,
+    ShuttingDownError,
 )
 from ._generation import generate_response
 from .background.event_log import EventLog
 from .background.job import Job
+from .background.retention import StreamRetention
 from .background.subscription import Subscription
 from .engine import Engine, open_engine
 from .harmony.encoding import get_encoding
@@ -44,6 +48,7 @@ from .harmony.prompt import build_conversation, render_prompt
 from .protocol.builder import request_echo
 from .protocol.ids import IdPrefix, new_id
 from .protocol.request import (
+    SUPPORTED_INCLUDES,
     CreateRequest,
     InputItem,
     MessageItem,
@@ -63,11 +68,15 @@ _ITEM_ID_PREFIX: dict[str, IdPrefix] = {
     "mcp_approval_response": "mcpr",
 }
 
+_CANNOT_CANCEL = {
+    "completed": "Cannot cancel a completed response.",
+    "failed": "Cannot cancel a failed response.",
+    "incomplete": "Cannot cancel an incomplete response.",
+}
+
 
 @dataclass(frozen=True)
 class ServiceStatistics:
-    live_jobs: int
-    """Jobs whose state is held in memory (running, or finished and retained)."""
     running_jobs: int
     """Jobs not yet finished (generating or waiting for a slot)."""
     active_jobs: int
@@ -76,11 +85,20 @@ class ServiceStatistics:
     """Jobs waiting for a generation slot."""
     job_tasks: int
     """Tasks alive in the job nursery."""
+    retained_streams: int
+    """Finished background event logs kept for replay."""
+    retained_stream_bytes: int
+    """Bytes held by those logs."""
+    subscribers: int
+    """Open subscriptions on running or retained logs."""
 
 
 @final
 class ResponsesService:
-    """Create, follow, retrieve responses. Use `open_responses_service` to get one."""
+    """Create, follow, retrieve, cancel and delete responses.
+
+    Not constructed directly: use `open_responses_service`.
+    """
 
     def __init__(
         self,
@@ -94,35 +112,33 @@ class ResponsesService:
         self.engine = engine
         self.store = store
         self._nursery = job_nursery
-        self._jobs: dict[str, Job] = {}
+        self._running: dict[str, Job] = {}
+        self._retained = StreamRetention(
+            max_streams=config.max_retained_streams,
+            max_bytes=config.retained_stream_bytes,
+            retention_s=config.stream_retention_s,
+        )
         self._slots = trio.CapacityLimiter(config.max_active_jobs)
-        self._admitted = 0  # jobs created and not yet finished
+        self._accepting = True
 
     # -- queries -----------------------------------------------------------------------
 
     def statistics(self) -> ServiceStatistics:
         """An immutable snapshot of what the service holds right now."""
+        jobs = [*self._running.values(), *self._retained]
         return ServiceStatistics(
-            live_jobs=len(self._jobs),
-            running_jobs=self._admitted,
-            active_jobs=self.active_jobs,
-            queued_jobs=self.queued_jobs,
+            running_jobs=len(self._running),
+            active_jobs=self._slots.borrowed_tokens,
+            queued_jobs=self._slots.statistics().tasks_waiting,
             job_tasks=len(self._nursery.child_tasks),
+            retained_streams=len(self._retained),
+            retained_stream_bytes=self._retained.retained_bytes,
+            subscribers=sum(job.log.subscribers for job in jobs),
         )
 
-    @property
-    def active_jobs(self) -> int:
-        """Jobs generating right now."""
-        return self._slots.borrowed_tokens
-
-    @property
-    def queued_jobs(self) -> int:
-        """Jobs waiting for a generation slot."""
-        return self._slots.statistics().tasks_waiting
-
     def get_job(self, response_id: str, *, owner: str | None = None) -> Job | None:
-        """The live job of a response (running, or finished and still retained)."""
-        job = self._jobs.get(response_id)
+        """The live job of a response: running, or finished with its log retained."""
+        job = self._running.get(response_id) or self._retained.get(response_id)
         if job is None or job.owner != owner:
             return None
         return job
@@ -140,6 +156,7 @@ class ResponsesService:
         Raises:
             InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
             ServerBusyError: every generation slot and queue place is taken.
+            ShuttingDownError: `shutdown` has begun.
         """
         if not isinstance(request, CreateRequest):
             request = parse_create_request(
@@ -168,10 +185,12 @@ class ResponsesService:
                 param="input",
             )
         prompt = self._render(request, context, input_items)
-        if self._admitted >= config.max_active_jobs + config.max_queued_jobs:
+        if not self._accepting:
+            raise ShuttingDownError("The server is shutting down; retry on another replica.")
+        if len(self._running) >= config.max_active_jobs + config.max_queued_jobs:
             raise ServerBusyError(
-                "The server is at capacity: every generation slot and queue place is taken. "
-                "Retry after a short wait."
+                f"The server is at capacity ({config.max_active_jobs} responses generating, "
+                f"{config.max_queued_jobs} queued). Retry after a short wait."
             )
         response_id = new_id("resp")
         job = Job(
@@ -186,12 +205,16 @@ class ResponsesService:
             echo=request_echo(request),
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )
-        self._jobs[response_id] = job
-        self._admitted += 1
+        self._running[response_id] = job
         job.builder.start()
         logger.info(
-            "%s created (background=%s, stream=%s)", response_id, request.background, request.stream
+            "%s created (background=%s, stream=%s)",
+            response_id,
+            request.background,
+            request.stream,
         )
+        if request.background:
+            await self.store.put(_record(job))
         self._nursery.start_soon(self._run_job, job, name=f"job {response_id}")
         return job
 
@@ -201,10 +224,10 @@ class ResponsesService:
         previous_id = request.previous_response_id
         if previous_id is None:
             return []
-        job = self.get_job(previous_id, owner=owner)
-        if job is not None and not job.builder.finished:
+        running = self._running.get(previous_id)
+        if running is not None and running.owner == owner:
             raise InvalidRequestError(
-                f"Previous response {previous_id!r} is still {job.status}; wait until it "
+                f"Previous response {previous_id!r} is still {running.status}; wait until it "
                 "has finished before continuing from it.",
                 param="previous_response_id",
             )
@@ -242,7 +265,6 @@ class ResponsesService:
     # -- run -------------------------------------------------------------------------------
 
     async def _run_job(self, job: Job) -> None:
-        builder = job.builder
         try:
             with job.cancel_scope:
                 async with self._slots:
@@ -251,40 +273,28 @@ class ResponsesService:
                     )
         except Exception:
             logger.exception("%s failed with an internal error", job.id)
-            if not builder.finished:
-                builder.finish(
+            if not job.finished:
+                job.finish(
                     "failed",
-                    now=time.time(),
                     error={"code": "server_error", "message": "The server had an internal error."},
                 )
         finally:
-            if not builder.finished:
-                if job.cancel_requested:
-                    builder.finish("cancelled", now=time.time())
-                else:  # our own nursery is being cancelled: the service is closing
-                    builder.finish(
-                        "failed",
-                        now=time.time(),
-                        error={
-                            "code": "server_shutdown",
-                            "message": "The server shut down before the response finished.",
-                        },
-                    )
+            if not job.finished:  # our own nursery is being cancelled: the service is closing
+                job.finish("failed", error=_SHUTDOWN_ERROR)
             with trio.CancelScope(shield=True) as cleanup:
                 cleanup.deadline = trio.current_time() + self.config.cleanup_timeout_s
-                await self._finish(job)
+                await self._persist(job)
 
-    async def _finish(self, job: Job) -> None:
-        self._admitted -= 1
+    async def _persist(self, job: Job) -> None:
         logger.info("%s %s", job.id, job.status)
         try:
             if job.request.store:
                 await self.store.put(_record(job))
         finally:
-            job.log.close()
+            del self._running[job.id]
+            if job.background:
+                self._retained.add(job)
             job.done.set()
-            if not job.background:
-                self._jobs.pop(job.id, None)
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -296,7 +306,7 @@ class ResponsesService:
                 created with another API key.
         """
         job = self.get_job(response_id, owner=owner)
-        if job is not None and job.request.store:
+        if job is not None and job.request.store and not job.done.is_set():
             return job.snapshot()
         record = await self._load(response_id, owner)
         if record is None:
@@ -314,18 +324,188 @@ class ResponsesService:
         await job.done.wait()
         return job.snapshot()
 
-    def subscribe(
+    async def subscribe(
         self, response_id: str, *, starting_after: int = -1, owner: str | None = None
     ) -> Subscription:
-        """Follow a live job's events after ``starting_after`` (-1: from the start).
+        """Follow a response's events after ``starting_after`` (-1: from the start).
+
+        Replays what the log still holds, then follows live until the terminal
+        event. Any response can be followed while it runs; once finished, only
+        a background response's log is kept (``stream_retention_s``).
 
         Raises:
-            NotFoundError: no live job with this id.
+            NotFoundError: unknown response.
+            InvalidRequestError: a finished foreground response, a log that is
+                no longer retained, or ``starting_after`` older than the oldest
+                retained event.
         """
+        if starting_after < -1:
+            raise InvalidRequestError(
+                "'starting_after' must be a sequence number (>= 0).", param="starting_after"
+            )
         job = self.get_job(response_id, owner=owner)
         if job is None:
-            raise _not_found(response_id)
+            record = await self._load(response_id, owner)
+            if record is None:
+                raise _not_found(response_id)
+            if not record.response.get("background"):
+                raise _not_streamable(response_id)
+            raise InvalidRequestError(
+                f"The event stream of response {response_id!r} is no longer available: "
+                f"events are kept {self.config.stream_retention_s:g} s after a response "
+                "finishes. Retrieve the response without 'stream' instead.",
+                param="stream",
+                code="stream_expired",
+            )
+        oldest = job.log.oldest_sequence_number
+        if starting_after + 1 < oldest:
+            raise InvalidRequestError(
+                f"Events up to {oldest - 1} of response {response_id!r} are no longer "
+                f"retained; resume with starting_after >= {oldest - 1}.",
+                param="starting_after",
+                code="stream_expired",
+            )
         return Subscription(job.log, starting_after)
+
+    async def subscribe_background(
+        self, response_id: str, *, starting_after: int = -1, owner: str | None = None
+    ) -> Subscription:
+        """`subscribe`, for ``GET ?stream=true``: background responses only."""
+        job = self.get_job(response_id, owner=owner)
+        if job is not None and not job.background:
+            raise _not_streamable(response_id)
+        return await self.subscribe(response_id, starting_after=starting_after, owner=owner)
+
+    async def list_input_items(
+        self,
+        response_id: str,
+        *,
+        owner: str | None = None,
+        after: str | None = None,
+        limit: int = 20,
+        order: Literal["asc", "desc"] = "desc",
+        include: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """A page of the response's input items (OpenAI list shape)."""
+        if not 1 <= limit <= 100:
+            raise InvalidRequestError(
+                f"Invalid 'limit': {limit}. It must be between 1 and 100.", param="limit"
+            )
+        for index, value in enumerate(include):
+            if value not in SUPPORTED_INCLUDES:
+                raise InvalidRequestError(
+                    f"Unsupported value {value!r} in 'include'.",
+                    param=f"include[{index}]",
+                    code="unsupported_value",
+                )
+        job = self.get_job(response_id, owner=owner)
+        if job is not None and job.request.store:
+            items = job.input_items
+        else:
+            record = await self._load(response_id, owner)
+            if record is None:
+                raise _not_found(response_id)
+            items = record.input_items
+        ordered = items if order == "asc" else items[::-1]
+        start = 0
+        if after is not None:
+            positions = [i for i, item in enumerate(ordered) if item["id"] == after]
+            if not positions:
+                raise InvalidRequestError(
+                    f"No input item with id {after!r} in response {response_id!r}.",
+                    param="after",
+                )
+            start = positions[0] + 1
+        page = ordered[start : start + limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": start + limit < len(ordered),
+        }
+
+    # -- change ---------------------------------------------------------------------------------
+
+    async def cancel(self, response_id: str, *, owner: str | None = None) -> dict[str, Any]:
+        """Cancel a background response: it ends ``cancelled`` at once.
+
+        Every reader gets the terminal event immediately; aborting the engine
+        request and closing tool sessions happen in the job's own cleanup, which
+        this never waits for. Cancelling a cancelled response returns it again.
+
+        Raises:
+            NotFoundError: unknown response.
+            InvalidRequestError: a foreground response, or one that already
+                completed, failed or ended incomplete.
+        """
+        job = self.get_job(response_id, owner=owner)
+        if job is not None:
+            response = job.snapshot()
+        else:
+            record = await self._load(response_id, owner)
+            if record is None:
+                raise _not_found(response_id)
+            response = record.response
+        if not response.get("background"):
+            raise InvalidRequestError("Cannot cancel a synchronous response.", param="response_id")
+        status = response["status"]
+        if status in _CANNOT_CANCEL:
+            raise InvalidRequestError(_CANNOT_CANCEL[status], param="response_id")
+        if job is not None and not job.finished:
+            job.cancel()
+            logger.info("%s cancelled by request", job.id)
+            return job.snapshot()
+        return response
+
+    async def delete(self, response_id: str, *, owner: str | None = None) -> dict[str, Any]:
+        """Delete a finished stored response (and its retained event log).
+
+        Raises:
+            NotFoundError: unknown response.
+            InvalidRequestError: the response is still running.
+        """
+        running = self._running.get(response_id)
+        if running is not None and running.owner == owner:
+            raise InvalidRequestError(
+                f"Response {response_id!r} is still {running.status}; cancel it or wait for "
+                "it to finish before deleting it.",
+                param="response_id",
+            )
+        if await self._load(response_id, owner) is None:
+            raise _not_found(response_id)
+        await self.store.delete(response_id)
+        self._retained.discard(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop taking responses, give running ones ``grace_s`` to finish, then end them.
+
+        Responses still running after the grace period end ``failed`` with code
+        ``server_shutdown`` (their readers get that terminal event) and are
+        persisted. Returns once every job task has finished its cleanup.
+        """
+        self._accepting = False
+        with trio.move_on_after(grace_s):
+            while self._running:
+                await next(iter(self._running.values())).done.wait()
+        for job in list(self._running.values()):
+            job.abort(_SHUTDOWN_ERROR["code"], _SHUTDOWN_ERROR["message"])
+        with trio.move_on_after(self.config.cleanup_timeout_s * 2):
+            while self._running:
+                await next(iter(self._running.values())).done.wait()
+
+    async def _maintain(self) -> None:
+        """Expire retained logs and stored responses. Never returns unless cancelled."""
+        interval = min(max(self.config.stream_retention_s / 10, 0.05), 30.0)
+        while True:
+            await trio.sleep(interval)
+            self._retained.expire()
+            expire = getattr(self.store, "expire", None)
+            if expire is not None:
+                expire()
 
     async def _load(self, response_id: str, owner: str | None) -> StoredResponse | None:
         record = await self.store.get(response_id)
@@ -334,8 +514,22 @@ class ResponsesService:
         return record
 
 
+_SHUTDOWN_ERROR = {
+    "code": "server_shutdown",
+    "message": "The server shut down before the response finished.",
+}
+
+
 def _not_found(response_id: str) -> NotFoundError:
     return NotFoundError(f"Response with id {response_id!r} not found.", param="response_id")
+
+
+def _not_streamable(response_id: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"Response {response_id!r} was not created with background=true; only background "
+        "responses can be streamed again. Retrieve it without 'stream'.",
+        param="stream",
+    )
 
 
 def _record(job: Job) -> StoredResponse:
@@ -358,7 +552,7 @@ def _stored_item(item: InputItem) -> dict[str, Any]:
             if part_type == "output_text":
                 part["annotations"] = []
             stored["content"] = [part]
-        stored.setdefault("status", "completed")
+    stored.setdefault("status", "completed")
     if "id" not in stored:
         stored["id"] = new_id(_ITEM_ID_PREFIX.get(stored["type"], "msg"))
     return stored
@@ -374,24 +568,28 @@ def _drop_oldest(items: list[InputItem]) -> list[InputItem]:
 
 @asynccontextmanager
 async def open_responses_service(config: Config) -> AsyncIterator[ResponsesService]:
-    """Start the engine, the store and the job nursery; stop them all on exit.
+    """Start the engine, the store and the nurseries; stop them all on exit.
 
-    On exit, running jobs are cancelled and end ``failed`` (``server_shutdown``).
+    On exit, running jobs are cancelled and end ``failed`` (``server_shutdown``);
+    call `ResponsesService.shutdown` first to give them time to finish.
     """
     store = MemoryStore(max_responses=config.max_stored_responses, ttl_s=config.store_ttl_s)
     # Loading the harmony vocabulary takes a few hundred milliseconds (or a download):
     # do it now, off the event loop, rather than inside the first request.
     await trio.to_thread.run_sync(get_encoding)
     try:
-        async with open_engine(config) as engine, trio.open_nursery() as nursery:
-            service = ResponsesService(
-                config=config, engine=engine, store=store, job_nursery=nursery
-            )
-            logger.info("serving %r with the %s", config.model_name, engine.info.description)
-            try:
-                yield service
-            finally:
-                nursery.cancel_scope.cancel()
+        async with open_engine(config) as engine, trio.open_nursery() as root:
+            async with trio.open_nursery() as jobs:
+                service = ResponsesService(
+                    config=config, engine=engine, store=store, job_nursery=jobs
+                )
+                root.start_soon(service._maintain, name="maintenance")
+                logger.info("serving %r with the %s", config.model_name, engine.info.description)
+                try:
+                    yield service
+                finally:
+                    jobs.cancel_scope.cancel()
+            root.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

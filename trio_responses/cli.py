@@ -74,6 +74,51 @@ _SERVE_OPTIONS = (
     _Option("--max-input-items", "max_input_items", "most input items per request", int),
     _Option("--max-tools", "max_tools", "most tools per request", int),
     _Option(
+        "--replay-events",
+        "replay_events",
+        "events kept per response for replay (older ones are dropped)",
+        int,
+    ),
+    _Option("--replay-bytes", "replay_bytes", "bytes of events kept per response for replay", int),
+    _Option(
+        "--stream-retention",
+        "stream_retention_s",
+        "seconds a finished background response can still be streamed again",
+        float,
+    ),
+    _Option(
+        "--max-retained-streams",
+        "max_retained_streams",
+        "most finished event logs kept for replay",
+        int,
+    ),
+    _Option(
+        "--retained-stream-bytes",
+        "retained_stream_bytes",
+        "most bytes held by finished event logs kept for replay",
+        int,
+    ),
+    _Option("--max-active-jobs", "max_active_jobs", "responses generating at once", int),
+    _Option(
+        "--max-queued-jobs",
+        "max_queued_jobs",
+        "responses waiting for a slot before 429 server_busy",
+        int,
+    ),
+    _Option(
+        "--max-stored-responses",
+        "max_stored_responses",
+        "finished responses kept by the memory store (least recently used go first)",
+        int,
+    ),
+    _Option("--store-ttl", "store_ttl_s", "seconds a finished response stays stored", float),
+    _Option(
+        "--shutdown-grace",
+        "shutdown_grace_s",
+        "seconds running responses get to finish on SIGTERM/SIGINT",
+        float,
+    ),
+    _Option(
         "--sse-keepalive",
         "sse_keepalive_s",
         "seconds of silence before a keep-alive comment on a stream",
@@ -134,7 +179,12 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Confi
 
 
 async def run_server(config: Config) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully."""
+    """Serve until SIGINT or SIGTERM, then shut down gracefully.
+
+    On the signal: stop accepting connections and responses, give running
+    responses ``shutdown_grace_s`` to finish, end the rest ``failed``
+    (``server_shutdown``), then stop.
+    """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         stop = trio.Event()
 
@@ -149,6 +199,9 @@ async def run_server(config: Config) -> None:
             urls = await nursery.start(partial(serve_service, service, shutdown_trigger=stop.wait))
             for url in urls:
                 logger.info("listening on %s", url)
+            await stop.wait()
+            await service.shutdown(config.shutdown_grace_s)
+            logger.info("all responses ended; closing connections")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,7 +43,7 @@ def _assert_nothing_left(server: Server) -> None:
     stats = server.service.statistics()
     assert stats.running_jobs == 0
     assert stats.job_tasks == 0
-    assert stats.live_jobs == 0
+    assert stats.subscribers == 0
     assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
 
 

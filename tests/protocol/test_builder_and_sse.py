@@ -112,6 +112,6 @@ def test_mcp_headers_are_never_echoed() -> None:
 def test_sse_frame_round_trip() -> None:
     event = {"type": "response.output_text.delta", "delta": "héllo\n\n🙂", "sequence_number": 3}
     frame = encode_event(event)
-    assert frame.startswith(b"event: response.output_text.delta\ndata: {")
+    assert frame.startswith(b"event: response.output_text.delta\nid: 3\ndata: {")
     assert frame.endswith(b"\n\n") and frame.count(b"\n\n") == 1
     assert decode_event(frame) == event

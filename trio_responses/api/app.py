@@ -143,6 +143,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
     async def health() -> Response:
         info = service.engine.info
         healthy = service.engine.healthy
+        stats = service.statistics()
         return json_response(
             {
                 "status": "ok" if healthy else "unhealthy",
@@ -152,7 +153,13 @@ def create_app(service: ResponsesService) -> QuartTrio:
                     "description": info.description,
                     "healthy": healthy,
                 },
-                "jobs": {"active": service.active_jobs, "queued": service.queued_jobs},
+                "jobs": {
+                    "running": stats.running_jobs,
+                    "active": stats.active_jobs,
+                    "queued": stats.queued_jobs,
+                    "retained_streams": stats.retained_streams,
+                    "subscribers": stats.subscribers,
+                },
             },
             200 if healthy else 503,
         )
@@ -186,15 +193,12 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
             def disconnect() -> None:
                 # A foreground stream belongs to its client; background jobs go on.
-                if not job.background and not job.builder.finished:
+                if not job.background:
                     job.cancel()
 
+            subscription = await service.subscribe(job.id, owner=g.owner)
             return _sse(
-                SSEBody(
-                    service.subscribe(job.id, owner=g.owner),
-                    keepalive_s=config.sse_keepalive_s,
-                    on_close=disconnect,
-                )
+                SSEBody(subscription, keepalive_s=config.sse_keepalive_s, on_close=disconnect)
             )
         if job.background:
             return json_response(job.snapshot())
@@ -207,9 +211,70 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.get("/v1/responses/<response_id>")
     async def retrieve_response(response_id: str) -> Response:
+        if _flag(request.args.get("stream"), "stream"):
+            starting_after = _starting_after()
+            subscription = await service.subscribe_background(
+                response_id, starting_after=starting_after, owner=g.owner
+            )
+            return _sse(SSEBody(subscription, keepalive_s=config.sse_keepalive_s))
         return json_response(await service.retrieve(response_id, owner=g.owner))
 
+    @app.post("/v1/responses/<response_id>/cancel")
+    async def cancel_response(response_id: str) -> Response:
+        return json_response(await service.cancel(response_id, owner=g.owner))
+
+    @app.delete("/v1/responses/<response_id>")
+    async def delete_response(response_id: str) -> Response:
+        return json_response(await service.delete(response_id, owner=g.owner))
+
+    @app.get("/v1/responses/<response_id>/input_items")
+    async def list_input_items(response_id: str) -> Response:
+        args = request.args
+        order = args.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise InvalidRequestError(
+                f"Invalid 'order': {order!r}. Use 'asc' or 'desc'.", param="order"
+            )
+        return json_response(
+            await service.list_input_items(
+                response_id,
+                owner=g.owner,
+                after=args.get("after"),
+                limit=_integer(args.get("limit", "20"), "limit"),
+                order=order,  # type: ignore[arg-type]
+                include=tuple(args.getlist("include") + args.getlist("include[]")),
+            )
+        )
+
     return app
+
+
+def _flag(value: str | None, param: str) -> bool:
+    if value is None or value.lower() in ("false", "0", ""):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise InvalidRequestError(f"Invalid '{param}': {value!r}. Use true or false.", param=param)
+
+
+def _integer(value: str, param: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequestError(
+            f"Invalid '{param}': {value!r} is not an integer.", param=param
+        ) from None
+
+
+def _starting_after() -> int:
+    """``starting_after`` from the query, else from a ``Last-Event-ID`` header."""
+    value = request.args.get("starting_after")
+    if value is not None:
+        return _integer(value, "starting_after")
+    last_event_id = request.headers.get("Last-Event-ID")
+    if last_event_id:
+        return _integer(last_event_id, "Last-Event-ID")
+    return -1
 
 
 def _sse(body: SSEBody) -> Response:

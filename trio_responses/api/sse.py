@@ -72,6 +72,7 @@ class SSEBody:
         Never checkpoints, so it completes even inside a cancelled scope.
         """
         self._finished = True
+        self._subscription.close()
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close()

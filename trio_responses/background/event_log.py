@@ -49,6 +49,8 @@ class EventLog:
         self._changed = trio.Event()
         self._waiting = False
         self.finished_at: float | None = None
+        self.subscribers = 0
+        """Open `Subscription` objects reading this log."""
 
     # -- producer ------------------------------------------------------------------
 
@@ -94,8 +96,11 @@ class EventLog:
 
     # -- readers -------------------------------------------------------------------------
 
-    def read_after(self, cursor: int) -> list[bytes]:
+    def read_after(self, cursor: int, max_bytes: int | None = None) -> list[bytes]:
         """Frames with sequence number > ``cursor`` (maybe none).
+
+        With ``max_bytes``, stops once that many bytes are taken (but always
+        takes at least one frame when there is one).
 
         Raises:
             SubscriberLagged: frame ``cursor + 1`` was already dropped.
@@ -103,8 +108,15 @@ class EventLog:
         wanted = cursor + 1
         if wanted < self._first:
             raise SubscriberLagged(wanted, self._first)
+        frames = self._frames
         start = self._head + (wanted - self._first)
-        return self._frames[start:]
+        if max_bytes is None:
+            return frames[start:]
+        end, count, taken = start, len(frames), 0
+        while end < count and taken < max_bytes:
+            taken += len(frames[end])
+            end += 1
+        return frames[start:end]
 
     async def wait_after(self, cursor: int) -> None:
         """Wait until there is a frame after ``cursor`` or the log is closed.

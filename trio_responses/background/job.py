@@ -2,16 +2,23 @@
 
 The job's task lives in the service's job nursery (foreground and background
 alike); request handlers only subscribe to the log or wait for `done`.
+
+The terminal event is the end of the story for readers: whoever decides the
+outcome (the generation loop, `cancel`, `abort`) calls `finish`, which emits
+that event and closes the log at once. Cleanup that follows (aborting the
+engine request, closing tool sessions, persisting) never delays a reader.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, final
 
 import trio
 
 from ..protocol.builder import ResponseBuilder
+from ..protocol.lifecycle import Status
 from ..protocol.request import CreateRequest
 from .event_log import EventLog
 
@@ -54,21 +61,49 @@ class Job:
         )
         self.cancel_scope = trio.CancelScope()
         self.done = trio.Event()
-        """Set once the terminal state is final (and persisted, if stored)."""
-        self.cancel_requested = False
+        """Set once the job's task has ended and its final state is persisted."""
 
     @property
     def background(self) -> bool:
         return self.request.background
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         return self.builder.status
+
+    @property
+    def finished(self) -> bool:
+        """True once the terminal event has been emitted."""
+        return self.builder.finished
 
     def snapshot(self) -> dict[str, Any]:
         return self.builder.snapshot()
 
+    def finish(
+        self,
+        status: Status,
+        *,
+        error: dict[str, Any] | None = None,
+        incomplete_reason: str | None = None,
+    ) -> None:
+        """Emit the terminal event and close the log (readers end right after it)."""
+        self.builder.finish(
+            status, now=time.time(), error=error, incomplete_reason=incomplete_reason
+        )
+        self.log.close()
+
     def cancel(self) -> None:
-        """Ask the job to stop; it ends ``cancelled``. Idempotent, never blocks."""
-        self.cancel_requested = True
+        """End the response ``cancelled`` now and stop its task. Idempotent, never blocks.
+
+        Every reader gets the terminal event at once; the task then aborts its
+        engine request and tool calls in its own (shielded, bounded) cleanup.
+        """
+        if not self.finished:
+            self.finish("cancelled")
+        self.cancel_scope.cancel()
+
+    def abort(self, code: str, message: str) -> None:
+        """End the response ``failed`` with ``code`` and stop its task (shutdown)."""
+        if not self.finished:
+            self.finish("failed", error={"code": code, "message": message})
         self.cancel_scope.cancel()

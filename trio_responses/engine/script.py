@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from openai_harmony import HarmonyError, Role
+from openai_harmony import Role
 
 from ..harmony.encoding import get_encoding, special_tokens
 
@@ -101,7 +101,9 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
     if match := _TOKENS.search(text):
         found.append((match.start(), _final_of_length(int(match.group(1))), None))
     if match := _FAIL.search(text):
-        found.append((match.start(), _final(f"You said: {text}"), int(match.group(1))))
+        # An answer longer than N, so that the failure always comes after N tokens.
+        fail_after = int(match.group(1))
+        found.append((match.start(), _final_of_length(fail_after + 1), fail_after))
     if not found:
         return _final(f"You said: {text}"), None
     _, tokens, fail_after = min(found, key=lambda entry: entry[0])
@@ -121,23 +123,16 @@ def _json_at(text: str, position: int) -> str | None:
 
 
 def _read_prompt(prompt_tokens: Sequence[int]) -> _Prompt:
-    encoding = get_encoding()
-    tokens = list(prompt_tokens)
+    """What the rules need from the prompt, found by scanning its special tokens."""
     special = special_tokens()
-    if len(tokens) >= 2 and tokens[-2] == special.start:
-        tokens = tokens[:-2]  # the trailing "<|start|>assistant"
-    try:
-        messages = encoding.parse_messages_from_completion_tokens(tokens, None, strict=False)
-    except HarmonyError:
-        messages = []
-    system = developer = ""
-    for message in messages:
-        text = "".join(getattr(part, "text", "") for part in message.content)
-        if message.author.role == Role.SYSTEM:
-            system = text
-        elif message.author.role == Role.DEVELOPER:
-            developer += text
-    last = messages[-1] if messages else None
+    tokens = list(prompt_tokens)
+    starts = [index for index, token in enumerate(tokens) if token == special.start]
+    if len(starts) >= 2 and starts[-1] >= len(tokens) - 2:
+        starts.pop()  # the trailing "<|start|>assistant" the answer continues
+    messages = [_message_at(tokens, start) for start in starts]
+    system = "".join(text for role, text in messages if role == "system")
+    developer = "".join(text for role, text in messages if role == "developer")
+    last_role, last_text = messages[-1] if messages else (None, "")
     namespaces = frozenset(_NAMESPACE.findall(developer)) - {"functions"}
     functions_block = developer.split("namespace functions {", 1)
     functions = (
@@ -146,13 +141,37 @@ def _read_prompt(prompt_tokens: Sequence[int]) -> _Prompt:
         else frozenset()
     )
     return _Prompt(
-        last_role=last.author.role if last is not None else None,
-        last_text="".join(getattr(part, "text", "") for part in last.content) if last else "",
+        last_role=Role.TOOL if last_role == "tool" else Role(last_role) if last_role else None,
+        last_text=last_text,
         python="\n## python\n" in system,
         browser="\n## browser\n" in system,
         functions=functions,
         namespaces=namespaces,
     )
+
+
+_ROLES = frozenset({"system", "developer", "user", "assistant"})
+
+
+def _message_at(tokens: list[int], start: int) -> tuple[str, str]:
+    """(role, text) of the message whose ``<|start|>`` is at ``start``.
+
+    A tool message's author is the tool's name; its role is reported as "tool".
+    """
+    special = special_tokens()
+    encoding = get_encoding()
+    try:
+        body = tokens.index(special.message, start)
+    except ValueError:
+        return "tool", ""
+    end = body + 1
+    closing = (special.end, special.call, special.return_, special.start)
+    while end < len(tokens) and tokens[end] not in closing:
+        end += 1
+    header = encoding.decode(tokens[start + 1 : body])
+    author = header.split("<|channel|>", 1)[0].split(" ", 1)[0].strip()
+    role = author if author in _ROLES else "tool"
+    return role, encoding.decode(tokens[body + 1 : end])
 
 
 # -- writing the answer ---------------------------------------------------------------

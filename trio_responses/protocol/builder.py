@@ -20,7 +20,7 @@ from typing import Any, Literal
 from .ids import new_id
 from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
 from .request import CreateRequest, FunctionTool, McpTool
-from .sse import delta_frame, delta_prefix, encode_event
+from .sse import DeltaPrefix, delta_frame, delta_prefix, encode_event
 
 Event = dict[str, Any]
 Emit = Callable[[bytes], None]
@@ -60,7 +60,7 @@ class _OpenItem:
     kind: ItemKind
     index: int
     item: dict[str, Any]
-    prefix: bytes
+    prefix: DeltaPrefix
     parts: list[str] = field(default_factory=list)
 
 

@@ -1,6 +1,8 @@
 """Server-sent events framing. Events are encoded once and sent to every reader.
 
-Frame: ``event: <type>\\ndata: <json>\\n\\n``; the stream ends with ``data: [DONE]``.
+Frame: ``event: <type>\nid: <sequence_number>\ndata: <json>\n\n``; the stream ends
+with ``data: [DONE]``. The ``id`` lets standard SSE clients resume with a
+``Last-Event-ID`` header.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ def encode_json(obj: Any) -> str:
 
 def encode_event(event: dict[str, Any]) -> bytes:
     """One SSE frame whose ``event:`` line equals the JSON ``type``."""
-    return b"".join(
-        (b"event: ", event["type"].encode(), b"\ndata: ", _dumps(event).encode(), b"\n\n")
+    return b"event: %s\nid: %d\ndata: %s\n\n" % (
+        event["type"].encode(),
+        event["sequence_number"],
+        _dumps(event).encode(),
     )
 
 
@@ -34,20 +38,28 @@ def decode_event(frame: bytes) -> dict[str, Any]:
     return parsed
 
 
-def delta_prefix(event_type: str, fields: dict[str, Any]) -> bytes:
-    """The constant start of every delta frame of one item: all but delta and number.
+DeltaPrefix = tuple[bytes, bytes]
 
-    `delta_frame` completes it. Deltas are the bulk of a stream; building them
+
+def delta_prefix(event_type: str, fields: dict[str, Any]) -> DeltaPrefix:
+    """The constant parts of every delta frame of one item.
+
+    `delta_frame` completes them. Deltas are the bulk of a stream; building them
     from a prefix costs one string escape instead of a JSON encode per token.
     """
     head = _dumps({"type": event_type, **fields})[:-1]
-    return b"".join((b"event: ", event_type.encode(), b"\ndata: ", head.encode(), b',"delta":'))
+    return (
+        b"event: %s\nid: " % event_type.encode(),
+        b'\ndata: %s,"delta":' % head.encode(),
+    )
 
 
-def delta_frame(prefix: bytes, delta: str, sequence_number: int) -> bytes:
-    """One delta frame: ``prefix`` + the JSON string ``delta`` + the sequence number."""
-    return b'%s%s,"sequence_number":%d}\n\n' % (
-        prefix,
+def delta_frame(prefix: DeltaPrefix, delta: str, sequence_number: int) -> bytes:
+    """One delta frame: the prefix, the JSON string ``delta``, the sequence number."""
+    return b'%s%d%s%s,"sequence_number":%d}\n\n' % (
+        prefix[0],
+        sequence_number,
+        prefix[1],
         encode_basestring(delta).encode(),
         sequence_number,
     )
