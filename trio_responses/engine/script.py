@@ -102,8 +102,8 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
         found.append((match.start(), _final_of_length(int(match.group(1))), None))
     if match := _FAIL.search(text):
         # An answer longer than N, so that the failure always comes after N tokens.
-        fail_after = int(match.group(1))
-        found.append((match.start(), _final_of_length(fail_after + 1), fail_after))
+        count = int(match.group(1))
+        found.append((match.start(), _final_of_length(count + 1), count))
     if not found:
         return _final(f"You said: {text}"), None
     _, tokens, fail_after = min(found, key=lambda entry: entry[0])
