@@ -104,3 +104,15 @@ async def test_subscription_iterates_decoded_events() -> None:
     log.close()
     events = [event async for event in Subscription(log, 0)]
     assert [e["sequence_number"] for e in events] == [1, 2]
+
+
+def test_reads_can_be_limited_by_bytes() -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    frames = [b"x" * size for size in (10, 20, 30, 40, 50)]
+    for frame in frames:
+        log.append(frame)
+    assert log.read_after(-1, max_bytes=30) == frames[:2]
+    assert log.read_after(-1, max_bytes=31) == frames[:3]
+    assert log.read_after(1, max_bytes=1) == frames[2:3]
+    assert log.read_after(1, max_bytes=1000) == frames[2:]
+    assert log.read_after(4, max_bytes=10) == []

@@ -15,6 +15,7 @@ frame available in one read.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import final
 
 import trio
@@ -42,6 +43,8 @@ class EventLog:
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._frames: list[bytes] = []
+        self._ends: list[int] = []  # _ends[i]: bytes appended up to and including _frames[i]
+        self._appended_bytes = 0
         self._head = 0  # index in _frames of the oldest retained frame
         self._first = 0  # sequence number of _frames[_head]
         self._bytes = 0
@@ -59,6 +62,8 @@ class EventLog:
         if self._closed:
             raise RuntimeError("append() after close()")
         self._frames.append(frame)
+        self._appended_bytes += len(frame)
+        self._ends.append(self._appended_bytes)
         self._bytes += len(frame)
         self._trim()
         self._wake()
@@ -110,12 +115,12 @@ class EventLog:
             raise SubscriberLagged(wanted, self._first)
         frames = self._frames
         start = self._head + (wanted - self._first)
-        if max_bytes is None:
+        if max_bytes is None or start >= len(frames):
             return frames[start:]
-        end, count, taken = start, len(frames), 0
-        while end < count and taken < max_bytes:
-            taken += len(frames[end])
-            end += 1
+        ends = self._ends
+        # The first frame whose end reaches the budget is the last one taken.
+        budget = ends[start] - len(frames[start]) + max_bytes
+        end = bisect_left(ends, budget, start) + 1
         return frames[start:end]
 
     async def wait_after(self, cursor: int) -> None:
@@ -147,4 +152,5 @@ class EventLog:
         # Compact once the dropped prefix dominates: amortised O(1) per frame.
         if self._head > 1024 and self._head * 2 > len(frames):
             del frames[: self._head]
+            del self._ends[: self._head]
             self._head = 0
