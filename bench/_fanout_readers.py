@@ -20,7 +20,20 @@ _ID = re.compile(rb"\nid: (\d+)\n")
 _END = b"data: [DONE]\n\n\r\n0\r\n\r\n"
 
 
-async def read(host: str, port: int, path: str, ready: list[int], runs: list[list[float]]) -> None:
+class Ready:
+    """Counts readers with an open stream; `all` is set when every one has."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.all = trio.Event()
+
+    def one(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.all.set()
+
+
+async def read(host: str, port: int, path: str, ready: Ready, runs: list[list[float]]) -> None:
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
         await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
@@ -39,7 +52,7 @@ async def read(host: str, port: int, path: str, ready: list[int], runs: list[lis
                 runs.append([now, int(first.group(1)), int(last.group(1))])
                 if not counted:
                     counted = True
-                    ready.append(1)
+                    ready.one()
             if data.endswith(_END):
                 return
             tail = data[-64:]
@@ -47,13 +60,12 @@ async def read(host: str, port: int, path: str, ready: list[int], runs: list[lis
 
 async def main(host: str, port: int, response_id: str, count: int) -> None:
     path = f"/v1/responses/{response_id}?stream=true"
-    ready: list[int] = []
+    ready = Ready(count)
     results: list[list[list[float]]] = [[] for _ in range(count)]
     async with trio.open_nursery() as nursery:
         for index in range(count):
             nursery.start_soon(read, host, port, path, ready, results[index])
-        while len(ready) < count:
-            await trio.sleep(0.01)
+        await ready.all.wait()
         print("ready", flush=True)
     print(json.dumps(results), flush=True)
 
