@@ -20,6 +20,16 @@ _ID = re.compile(rb"\nid: (\d+)\n")
 _END = b"data: [DONE]\n\n\r\n0\r\n\r\n"
 
 
+def _last_id(data: bytes) -> int:
+    """The last complete ``id:`` line in ``data`` (there is at least one)."""
+    position = len(data)
+    while True:
+        position = data.rfind(b"\nid: ", 0, position)
+        match = _ID.match(data, position)
+        if match is not None:
+            return int(match.group(1))
+
+
 class Ready:
     """Counts readers with an open stream; `all` is set when every one has."""
 
@@ -47,9 +57,7 @@ async def read(host: str, port: int, path: str, ready: Ready, runs: list[list[fl
             data = tail + chunk if tail else chunk
             first = _ID.search(data)
             if first is not None:
-                last = _ID.search(data, data.rfind(b"\nid: ") - 1)
-                assert last is not None
-                runs.append([now, int(first.group(1)), int(last.group(1))])
+                runs.append([now, int(first.group(1)), _last_id(data)])
                 if not counted:
                     counted = True
                     ready.one()
