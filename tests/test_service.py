@@ -29,7 +29,7 @@ async def test_closing_the_service_ends_running_jobs() -> None:
         subscription = await service.subscribe(job.id)
         assert await subscription.receive_frames()
     with trio.fail_after(5):
-        await job.done.wait()
+        await job.ended.wait()
     assert job.status == "failed"
     assert job.snapshot()["error"]["code"] == "server_shutdown"
     assert job.log.closed

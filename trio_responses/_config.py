@@ -7,6 +7,8 @@ the CLI, the embedding API and the tests all build the same object.
 from __future__ import annotations
 
 import dataclasses
+import shlex
+import sys
 from dataclasses import dataclass
 from typing import Literal, final
 
@@ -43,6 +45,24 @@ class Config:
     """Scripted engine: pause between output tokens."""
     max_model_len: int = 131_072
     """Context window: prompt plus output tokens must fit in it."""
+
+    # -- tools ----------------------------------------------------------------------
+    tool_servers: tuple[str, ...] = ()
+    """MCP servers to keep connected, as ``LABEL=URL`` or ``LABEL=stdio:COMMAND``.
+    ``python`` backs code_interpreter, ``browser`` backs web_search."""
+    code_interpreter: bool = False
+    """Run the bundled python tool server as a stdio child (label ``python``)."""
+    python_cpu_s: int = 10
+    """Bundled python tool: CPU seconds per run."""
+    python_memory_mb: int = 512
+    """Bundled python tool: address space per run, in MiB."""
+    python_wall_s: float = 30.0
+    """Bundled python tool: wall-clock seconds per run."""
+    mcp_allow_hosts: tuple[str, ...] = ()
+    """Host patterns (``fnmatch``, optionally ``host:port``) that per-request MCP
+    ``server_url``s may use. Empty: per-request MCP servers are refused."""
+    tool_timeout_s: float = 60.0
+    """Every tool call and MCP listing gives up after this long."""
 
     # -- security and request limits -----------------------------------------
     api_keys: tuple[str, ...] = ()
@@ -100,6 +120,8 @@ class Config:
             "max_model_len",
             "max_retained_streams",
             "retained_stream_bytes",
+            "python_cpu_s",
+            "python_memory_mb",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -114,8 +136,29 @@ class Config:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        for name in ("tool_timeout_s", "python_wall_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        for spec in self.tool_servers:
+            label, sep, address = spec.partition("=")
+            if not sep or not label or not address:
+                raise ValueError(f"tool server {spec!r}: expected LABEL=URL or LABEL=stdio:COMMAND")
+        if self.code_interpreter and any(s.startswith("python=") for s in self.tool_servers):
+            raise ValueError("--code-interpreter and --tool-server python=... both define 'python'")
         if self.sse_keepalive_s == 0:
             raise ValueError("sse_keepalive_s must be > 0")
+
+    @property
+    def all_tool_servers(self) -> tuple[str, ...]:
+        """``tool_servers`` plus the bundled python server when ``code_interpreter``."""
+        if not self.code_interpreter:
+            return self.tool_servers
+        command = (
+            f"{shlex.quote(sys.executable)} -m trio_responses tool-server python --stdio "
+            f"--cpu-seconds {self.python_cpu_s} --memory-mb {self.python_memory_mb} "
+            f"--timeout {self.python_wall_s:g}"
+        )
+        return (f"python=stdio:{command}", *self.tool_servers)
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -1,67 +1,215 @@
-"""The generation loop of one job: engine turns, translation, terminal state.
+"""The generation loop of one job: tool preparation, engine turns, tool calls.
 
-`generate_response` runs inside the job's task. It returns normally with the
-builder in a terminal state for every outcome that is not cancellation:
-completed, incomplete (token budget), failed (engine error, malformed model
-output, a bug). `trio.Cancelled` propagates untouched; the job runner decides
-what a cancellation means.
+`generate_response` runs inside the job's task:
+
+1. list the tools of MCP servers the conversation has not listed yet
+   (``mcp_list_tools`` items), and run (or decline) the calls the user answered
+   with ``mcp_approval_response``; then render the prompt with what they gave;
+2. generate a turn; the translator streams its items;
+3. if the turn ended with a built-in or MCP tool call, run it, append the
+   generated tokens and the tool's output to the prompt, and generate again
+   (up to ``max_tool_calls``); a function call or an approval request ends the
+   response (the client acts next).
+
+It returns with the job finished for every outcome but cancellation:
+completed, incomplete (token budget, tool-call budget), failed (engine error,
+malformed model output). `trio.Cancelled` propagates untouched; the job runner
+decides what a cancellation means.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field, replace
 
-from ._exceptions import EngineError
+from ._exceptions import EngineError, InvalidRequestError
 from .background.job import Job
 from .engine.base import Engine, GenerationRequest, SamplingSettings
 from .harmony.encoding import stop_tokens
-from .harmony.translator import MalformedOutput, TurnTranslator
+from .harmony.prompt import (
+    DECLINED,
+    PromptTools,
+    ToolNamespace,
+    render_request_prompt,
+    render_tool_result,
+    tool_description,
+)
+from .harmony.translator import MalformedOutput, ToolCall, TurnTranslator
+from .protocol.request import InputItem, McpApprovalRequestItem, McpApprovalResponseItem
+from .tools.session import ToolError, ToolInfo
+from .tools.toolbox import Toolbox, tool_json
 
 logger = logging.getLogger("trio_responses.generation")
 
 
-async def generate_response(job: Job, engine: Engine, *, max_model_len: int) -> None:
+@dataclass(frozen=True)
+class PromptPlan:
+    """How the job's prompt is made; decided when the request is accepted."""
+
+    items: list[InputItem]
+    """The whole conversation: previous context, then this request's input."""
+    date: str
+    tools: PromptTools
+    """Built-in tools and the MCP namespaces already known from the conversation."""
+    to_list: tuple[str, ...] = ()
+    """MCP servers to list first (not listed earlier in the conversation)."""
+    approvals: tuple[tuple[McpApprovalResponseItem, McpApprovalRequestItem], ...] = ()
+    """Answers to approval requests, with the requests they answer."""
+    descriptions: dict[str, str | None] = field(default_factory=dict)
+    """MCP server descriptions by label (for namespaces listed now)."""
+
+
+async def generate_response(
+    job: Job,
+    engine: Engine,
+    toolbox: Toolbox,
+    plan: PromptPlan,
+    *,
+    max_model_len: int,
+) -> None:
     """Produce the job's output until it reaches a terminal state."""
     builder = job.builder
     request = job.request
     builder.mark_in_progress()
     prompt = job.prompt_tokens
+    if plan.to_list or plan.approvals:
+        namespaces = [*plan.tools.namespaces]
+        for label in plan.to_list:
+            tools = await _list_tools(job, toolbox, label)
+            namespaces.append(
+                ToolNamespace(
+                    label,
+                    plan.descriptions.get(label),
+                    [tool_description(t.name, t.description, t.input_schema) for t in tools],
+                )
+            )
+        results = {
+            approval_request.id: await _answer(job, toolbox, response, approval_request)
+            for response, approval_request in plan.approvals
+        }
+        try:
+            prompt = render_request_prompt(
+                request,
+                plan.items,
+                date=plan.date,
+                max_model_len=max_model_len,
+                tools=replace(plan.tools, namespaces=namespaces),
+                approval_results=results,
+            )
+        except InvalidRequestError as error:
+            job.finish("failed", error=_error(error.message))
+            return
     budget = request.max_output_tokens
-    room = max_model_len - len(prompt)
-    max_tokens = room if budget is None else min(budget, room)
-    translator = TurnTranslator(builder)
-    try:
-        result = await engine.generate(
-            GenerationRequest(
-                request_id=job.id,
-                prompt_token_ids=prompt,
-                sampling=SamplingSettings(
-                    max_tokens=max_tokens,
-                    temperature=request.temperature,
-                    top_p=request.top_p,
-                    stop_token_ids=stop_tokens(),
+    tool_calls = 0
+    turn = 0
+    while True:
+        room = max_model_len - len(prompt)
+        max_tokens = room if budget is None else min(budget, room)
+        if max_tokens <= 0:
+            job.finish("incomplete", incomplete_reason="max_output_tokens")
+            return
+        translator = TurnTranslator(builder, toolbox.route)
+        try:
+            result = await engine.generate(
+                GenerationRequest(
+                    request_id=f"{job.id}-{turn}",
+                    prompt_token_ids=prompt,
+                    sampling=SamplingSettings(
+                        max_tokens=max_tokens,
+                        temperature=request.temperature,
+                        top_p=request.top_p,
+                        stop_token_ids=stop_tokens(),
+                    ),
                 ),
-            ),
-            translator.feed,
+                translator.feed,
+            )
+        except (EngineError, MalformedOutput) as error:
+            _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
+            message = str(error) if isinstance(error, EngineError) else f"{error}."
+            job.finish("failed", error=_error(message))
+            return
+        _count(
+            job, translator, prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens
         )
-    except EngineError as error:
-        _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
-        job.finish("failed", error=_error(str(error)))
+        if budget is not None:
+            budget -= translator.output_tokens
+        outcome = translator.finish(result.finish_reason)
+        call = outcome.call
+        if outcome.kind == "tool_call" and call is not None:
+            if call.kind in ("function", "mcp_approval"):
+                job.finish("completed")  # the client acts next
+                return
+            if request.max_tool_calls is not None and tool_calls >= request.max_tool_calls:
+                builder.close_item("incomplete")
+                job.finish("incomplete", incomplete_reason="max_tool_calls")
+                return
+            tool_calls += 1
+            output = await _run_tool(job, toolbox, call)
+            prompt = [*prompt, *translator.tokens, *_tool_result_tokens(call, output)]
+            turn += 1
+            continue
+        if outcome.kind in ("final", "tool_call"):
+            job.finish("completed")
+        elif outcome.kind == "truncated":
+            job.finish("incomplete", incomplete_reason="max_output_tokens")
+        elif any(item["type"] == "message" for item in builder.output):
+            job.finish("completed")
+        else:
+            job.finish("failed", error=_error("The model stopped before giving an answer."))
         return
-    except MalformedOutput as error:
-        _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
-        job.finish("failed", error=_error(f"{error}."))
-        return
-    _count(job, translator, prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens)
-    outcome = translator.finish(result.finish_reason)
-    if outcome.kind in ("final", "tool_call"):
-        job.finish("completed")
-    elif outcome.kind == "truncated":
-        job.finish("incomplete", incomplete_reason="max_output_tokens")
-    elif any(item["type"] == "message" for item in builder.output):
-        job.finish("completed")
-    else:
-        job.finish("failed", error=_error("The model stopped before giving an answer."))
+
+
+async def _list_tools(job: Job, toolbox: Toolbox, label: str) -> list[ToolInfo]:
+    """List an MCP server's tools as an ``mcp_list_tools`` item; [] on failure."""
+    builder = job.builder
+    builder.open_mcp_list_tools(label)
+    try:
+        tools = await toolbox.list_tools(label)
+    except ToolError as error:
+        builder.finish_mcp_list_tools(None, error=str(error))
+        return []
+    builder.finish_mcp_list_tools([tool_json(tool) for tool in tools])
+    return tools
+
+
+async def _answer(
+    job: Job,
+    toolbox: Toolbox,
+    response: McpApprovalResponseItem,
+    approval_request: McpApprovalRequestItem,
+) -> str:
+    """Run an approved call as an ``mcp_call`` item, or report it declined."""
+    if not response.approve:
+        return DECLINED
+    builder = job.builder
+    builder.open_mcp_call(approval_request.server_label, approval_request.name)
+    builder.delta(approval_request.arguments)
+    builder.end_tool_input()
+    recipient = f"{approval_request.server_label}.{approval_request.name}"
+    call = ToolCall("mcp", recipient, approval_request.arguments, builder.open_item_id)
+    return await _run_tool(job, toolbox, call, approval_request_id=approval_request.id)
+
+
+async def _run_tool(
+    job: Job, toolbox: Toolbox, call: ToolCall, *, approval_request_id: str | None = None
+) -> str:
+    """Run the call, finish its item, and return the text the model reads next."""
+    error: dict[str, object] | None = None
+    try:
+        result = await toolbox.call(call)
+        text, ok = result.text, not result.is_error
+    except ToolError as failure:
+        text, ok = str(failure), False
+        error = {"type": "mcp_protocol_error", "code": failure.code, "message": text}
+    job.builder.finish_tool_call(text, ok=ok, error=error, approval_request_id=approval_request_id)
+    if not ok:
+        logger.info("%s: tool call to %s failed: %s", job.id, call.recipient, text[:200])
+    return text
+
+
+def _tool_result_tokens(call: ToolCall, output: str) -> list[int]:
+    channel = "analysis" if call.kind in ("python", "browser") else "commentary"
+    return render_tool_result(call.recipient, output, channel=channel)
 
 
 def _count(job: Job, translator: TurnTranslator, *, prompt_tokens: int, cached_tokens: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, final
@@ -37,26 +37,33 @@ from ._exceptions import (
     ServerBusyError,
     ShuttingDownError,
 )
-from ._generation import generate_response
+from ._generation import PromptPlan, generate_response
 from .background.event_log import EventLog
 from .background.job import Job
 from .background.retention import StreamRetention
 from .background.subscription import Subscription
 from .engine import Engine, open_engine
 from .harmony.encoding import get_encoding
-from .harmony.prompt import build_conversation, render_prompt
+from .harmony.prompt import PromptTools, ToolNamespace, render_request_prompt, tool_description
 from .protocol.builder import request_echo
 from .protocol.ids import IdPrefix, new_id
 from .protocol.request import (
     SUPPORTED_INCLUDES,
+    CodeInterpreterTool,
     CreateRequest,
     InputItem,
+    McpApprovalRequestItem,
+    McpApprovalResponseItem,
+    McpListToolsItem,
     MessageItem,
+    WebSearchTool,
     parse_create_request,
     parse_input_item,
 )
 from .store.base import ResponseStore, StoredResponse
 from .store.memory import MemoryStore
+from .tools.pool import ToolServer, ToolServerPool, ToolServerSpec
+from .tools.toolbox import McpServerUse, Toolbox, check_request_tools
 
 logger = logging.getLogger("trio_responses.service")
 
@@ -107,10 +114,12 @@ class ResponsesService:
         engine: Engine,
         store: ResponseStore,
         job_nursery: trio.Nursery,
+        pool: ToolServerPool | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.store = store
+        self.pool = pool or ToolServerPool([])
         self._nursery = job_nursery
         self._running: dict[str, Job] = {}
         self._retained = StreamRetention(
@@ -120,6 +129,8 @@ class ResponsesService:
         )
         self._slots = trio.CapacityLimiter(config.max_active_jobs)
         self._accepting = True
+        self._idle = trio.Event()
+        self._idle.set()
 
     # -- queries -----------------------------------------------------------------------
 
@@ -135,6 +146,10 @@ class ResponsesService:
             retained_stream_bytes=self._retained.retained_bytes,
             subscribers=sum(job.log.subscribers for job in jobs),
         )
+
+    async def wait_idle(self) -> None:
+        """Wait until no job is running (every job task has ended)."""
+        await self._idle.wait()
 
     def get_job(self, response_id: str, *, owner: str | None = None) -> Job | None:
         """The live job of a response: running, or finished with its log retained."""
@@ -176,6 +191,7 @@ class ResponsesService:
                 f"{config.max_tools}.",
                 param="tools",
             )
+        check_request_tools(request, self.pool, config.mcp_allow_hosts)
         context = await self._previous_context(request, owner)
         input_items = [_stored_item(item) for item in request.input_items]
         if len(context) + len(input_items) > config.max_input_items:
@@ -184,7 +200,14 @@ class ResponsesService:
                 f"previous response's); this server accepts at most {config.max_input_items}.",
                 param="input",
             )
-        prompt = self._render(request, context, input_items)
+        plan = self._plan(request, context, input_items)
+        prompt = render_request_prompt(
+            request,
+            plan.items,
+            date=plan.date,
+            max_model_len=config.max_model_len,
+            tools=plan.tools,
+        )
         if not self._accepting:
             raise ShuttingDownError("The server is shutting down; retry on another replica.")
         if len(self._running) >= config.max_active_jobs + config.max_queued_jobs:
@@ -206,6 +229,8 @@ class ResponsesService:
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )
         self._running[response_id] = job
+        if self._idle.is_set():
+            self._idle = trio.Event()
         job.builder.start()
         logger.info(
             "%s created (background=%s, stream=%s)",
@@ -215,7 +240,7 @@ class ResponsesService:
         )
         if request.background:
             await self.store.put(_record(job))
-        self._nursery.start_soon(self._run_job, job, name=f"job {response_id}")
+        self._nursery.start_soon(self._run_job, job, plan, name=f"job {response_id}")
         return job
 
     async def _previous_context(
@@ -226,11 +251,13 @@ class ResponsesService:
             return []
         running = self._running.get(previous_id)
         if running is not None and running.owner == owner:
-            raise InvalidRequestError(
-                f"Previous response {previous_id!r} is still {running.status}; wait until it "
-                "has finished before continuing from it.",
-                param="previous_response_id",
-            )
+            if not running.finished:
+                raise InvalidRequestError(
+                    f"Previous response {previous_id!r} is still {running.status}; wait until "
+                    "it has finished before continuing from it.",
+                    param="previous_response_id",
+                )
+            await running.done.wait()  # finished: its final state is being stored now
         record = await self._load(previous_id, owner)
         if record is None:
             raise NotFoundError(
@@ -239,51 +266,120 @@ class ResponsesService:
             )
         return record.conversation()
 
-    def _render(
+    def _plan(
         self,
         request: CreateRequest,
         context: list[dict[str, Any]],
         input_items: list[dict[str, Any]],
-    ) -> list[int]:
+    ) -> PromptPlan:
+        """What the prompt needs: known tool namespaces, listings and approvals to do."""
         items = [parse_input_item(item) for item in (*context, *input_items)]
-        date = datetime.datetime.now(datetime.UTC).date().isoformat()
-        limit = self.config.max_model_len
-        while True:
-            prompt = render_prompt(build_conversation(request, items, date=date))
-            if len(prompt) < limit:
-                return prompt
-            if request.truncation != "auto" or len(items) <= 1:
-                raise InvalidRequestError(
-                    f"The input is {len(prompt)} tokens, which leaves no room for output in "
-                    f"this model's context window of {limit} tokens. Shorten the input, or "
-                    "set 'truncation' to 'auto' to drop the oldest items.",
-                    param="input",
-                    code="context_length_exceeded",
+        hidden = request.tool_choice == "none"
+        listed = {
+            item.server_label: item.tools
+            for item in items
+            if isinstance(item, McpListToolsItem) and item.error is None
+        }
+        namespaces: list[ToolNamespace] = []
+        to_list: list[str] = []
+        descriptions: dict[str, str | None] = {}
+        for tool in [] if hidden else request.mcp_tools:
+            use = McpServerUse.of(tool)
+            descriptions[use.label] = use.description
+            if use.label not in listed:
+                to_list.append(use.label)
+                continue
+            namespaces.append(
+                ToolNamespace(
+                    use.label,
+                    use.description,
+                    [
+                        tool_description(
+                            str(t.get("name")), t.get("description"), t.get("input_schema")
+                        )
+                        for t in listed[use.label]
+                        if use.allows(str(t.get("name")))
+                    ],
                 )
-            items = _drop_oldest(items)
+            )
+        requests = {item.id: item for item in items if isinstance(item, McpApprovalRequestItem)}
+        labels = {tool.server_label for tool in request.mcp_tools}
+        approvals = []
+        for index, item in enumerate(request.input_items):
+            if not isinstance(item, McpApprovalResponseItem):
+                continue
+            approval_request = requests.get(item.approval_request_id)
+            if approval_request is None:
+                raise InvalidRequestError(
+                    f"No mcp_approval_request with id {item.approval_request_id!r} in this "
+                    "conversation; answer a request from the previous response.",
+                    param=f"input[{index}].approval_request_id",
+                )
+            if approval_request.server_label not in labels:
+                raise InvalidRequestError(
+                    f"The approved call is for MCP server {approval_request.server_label!r}; "
+                    "declare that server in 'tools' again.",
+                    param="tools",
+                )
+            approvals.append((item, approval_request))
+        return PromptPlan(
+            items=items,
+            date=datetime.datetime.now(datetime.UTC).date().isoformat(),
+            tools=PromptTools(
+                python=not hidden
+                and any(isinstance(t, CodeInterpreterTool) for t in request.tools),
+                browser=not hidden and any(isinstance(t, WebSearchTool) for t in request.tools),
+                namespaces=tuple(namespaces),
+            ),
+            to_list=tuple(to_list),
+            approvals=tuple(approvals),
+            descriptions=descriptions,
+        )
 
     # -- run -------------------------------------------------------------------------------
 
-    async def _run_job(self, job: Job) -> None:
+    async def _run_job(self, job: Job, plan: PromptPlan) -> None:
+        config = self.config
         try:
-            with job.cancel_scope:
-                async with self._slots:
-                    await generate_response(
-                        job, self.engine, max_model_len=self.config.max_model_len
-                    )
-        except Exception:
-            logger.exception("%s failed with an internal error", job.id)
-            if not job.finished:
-                job.finish(
-                    "failed",
-                    error={"code": "server_error", "message": "The server had an internal error."},
+            async with trio.open_nursery() as sessions:
+                toolbox = Toolbox(
+                    job.request,
+                    self.pool,
+                    nursery=sessions,
+                    tool_timeout_s=config.tool_timeout_s,
+                    close_timeout_s=config.cleanup_timeout_s,
                 )
+                try:
+                    with job.cancel_scope:
+                        async with self._slots:
+                            await generate_response(
+                                job, self.engine, toolbox, plan, max_model_len=config.max_model_len
+                            )
+                except Exception:
+                    logger.exception("%s failed with an internal error", job.id)
+                    if not job.finished:
+                        job.finish(
+                            "failed",
+                            error={
+                                "code": "server_error",
+                                "message": "The server had an internal error.",
+                            },
+                        )
+                finally:
+                    if not job.finished:  # our own nursery is being cancelled: shutting down
+                        job.finish("failed", error=_SHUTDOWN_ERROR)
+                    with trio.CancelScope(shield=True) as cleanup:
+                        cleanup.deadline = trio.current_time() + config.cleanup_timeout_s * 2
+                        await self._persist(job)
+                        await toolbox.aclose()
+                    sessions.cancel_scope.cancel()
         finally:
-            if not job.finished:  # our own nursery is being cancelled: the service is closing
-                job.finish("failed", error=_SHUTDOWN_ERROR)
-            with trio.CancelScope(shield=True) as cleanup:
-                cleanup.deadline = trio.current_time() + self.config.cleanup_timeout_s
-                await self._persist(job)
+            del self._running[job.id]
+            if job.background:
+                self._retained.add(job)
+            job.ended.set()
+            if not self._running:
+                self._idle.set()
 
     async def _persist(self, job: Job) -> None:
         logger.info("%s %s", job.id, job.status)
@@ -291,9 +387,6 @@ class ResponsesService:
             if job.request.store:
                 await self.store.put(_record(job))
         finally:
-            del self._running[job.id]
-            if job.background:
-                self._retained.add(job)
             job.done.set()
 
     # -- read ---------------------------------------------------------------------------------
@@ -466,12 +559,14 @@ class ResponsesService:
             InvalidRequestError: the response is still running.
         """
         running = self._running.get(response_id)
-        if running is not None and running.owner == owner:
+        if running is not None and running.owner == owner and not running.finished:
             raise InvalidRequestError(
                 f"Response {response_id!r} is still {running.status}; cancel it or wait for "
                 "it to finish before deleting it.",
                 param="response_id",
             )
+        if running is not None and running.owner == owner:
+            await running.done.wait()  # finished: let its final state land first
         if await self._load(response_id, owner) is None:
             raise _not_found(response_id)
         await self.store.delete(response_id)
@@ -489,13 +584,11 @@ class ResponsesService:
         """
         self._accepting = False
         with trio.move_on_after(grace_s):
-            while self._running:
-                await next(iter(self._running.values())).done.wait()
+            await self.wait_idle()
         for job in list(self._running.values()):
             job.abort(_SHUTDOWN_ERROR["code"], _SHUTDOWN_ERROR["message"])
-        with trio.move_on_after(self.config.cleanup_timeout_s * 2):
-            while self._running:
-                await next(iter(self._running.values())).done.wait()
+        with trio.move_on_after(self.config.cleanup_timeout_s * 3):
+            await self.wait_idle()
 
     async def _maintain(self) -> None:
         """Expire retained logs and stored responses. Never returns unless cancelled."""
@@ -558,14 +651,6 @@ def _stored_item(item: InputItem) -> dict[str, Any]:
     return stored
 
 
-def _drop_oldest(items: list[InputItem]) -> list[InputItem]:
-    """Drop the oldest item, and any tool outputs left without their call."""
-    rest = items[1:]
-    while rest and getattr(rest[0], "type", None) == "function_call_output":
-        rest = rest[1:]
-    return rest or items[-1:]
-
-
 @asynccontextmanager
 async def open_responses_service(config: Config) -> AsyncIterator[ResponsesService]:
     """Start the engine, the store and the nurseries; stop them all on exit.
@@ -577,19 +662,39 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
     # Loading the harmony vocabulary takes a few hundred milliseconds (or a download):
     # do it now, off the event loop, rather than inside the first request.
     await trio.to_thread.run_sync(get_encoding)
+    pool = ToolServerPool(
+        [
+            ToolServer(
+                ToolServerSpec.parse(spec),
+                connect_timeout_s=config.tool_timeout_s,
+                close_timeout_s=config.cleanup_timeout_s,
+            )
+            for spec in config.all_tool_servers
+        ]
+    )
     try:
         async with open_engine(config) as engine, trio.open_nursery() as root:
+            await root.start(pool.run)
+            maintenance = trio.CancelScope()
             async with trio.open_nursery() as jobs:
                 service = ResponsesService(
-                    config=config, engine=engine, store=store, job_nursery=jobs
+                    config=config, engine=engine, store=store, job_nursery=jobs, pool=pool
                 )
-                root.start_soon(service._maintain, name="maintenance")
+                root.start_soon(_run_in, maintenance, service._maintain)
                 logger.info("serving %r with the %s", config.model_name, engine.info.description)
                 try:
                     yield service
                 finally:
                     jobs.cancel_scope.cancel()
-            root.cancel_scope.cancel()
+            # Tool servers get a polite goodbye (bounded); the rest stops now.
+            maintenance.cancel()
+            pool.close()
+            root.cancel_scope.deadline = trio.current_time() + config.cleanup_timeout_s
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
+
+
+async def _run_in(scope: trio.CancelScope, function: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await function()

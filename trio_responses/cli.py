@@ -23,6 +23,8 @@ import trio
 from ._config import Config
 from ._serve import serve_service
 from ._service import open_responses_service
+from .tools import python_server
+from .tools.sandbox import Limits
 
 logger = logging.getLogger("trio_responses")
 
@@ -37,6 +39,8 @@ class _Option:
     kind: Callable[[str], Any] = str
     repeat: bool = False
     choices: tuple[str, ...] | None = None
+    switch: bool = False
+    """A flag without a value (its variable: 1/true/yes or 0/false/no)."""
 
     @property
     def env(self) -> str:
@@ -119,6 +123,31 @@ _SERVE_OPTIONS = (
         float,
     ),
     _Option(
+        "--tool-server",
+        "tool_servers",
+        "MCP server to keep connected: LABEL=URL or LABEL=stdio:COMMAND; 'python' backs "
+        "code_interpreter, 'browser' backs web_search (repeatable; comma-separated in the "
+        "variable)",
+        repeat=True,
+    ),
+    _Option(
+        "--code-interpreter",
+        "code_interpreter",
+        "run the bundled python tool server as a child process (label 'python')",
+        switch=True,
+    ),
+    _Option("--python-cpu-seconds", "python_cpu_s", "bundled python tool: CPU seconds", int),
+    _Option("--python-memory-mb", "python_memory_mb", "bundled python tool: memory (MiB)", int),
+    _Option("--python-timeout", "python_wall_s", "bundled python tool: wall seconds", float),
+    _Option(
+        "--mcp-allow-host",
+        "mcp_allow_hosts",
+        "host pattern per-request MCP server_urls may use, e.g. 'mcp.example.com' or "
+        "'*.internal:8080' (repeatable; none by default: per-request MCP is refused)",
+        repeat=True,
+    ),
+    _Option("--tool-timeout", "tool_timeout_s", "seconds before a tool call fails", float),
+    _Option(
         "--sse-keepalive",
         "sse_keepalive_s",
         "seconds of silence before a keep-alive comment on a stream",
@@ -149,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     for option in _SERVE_OPTIONS:
         default = _default(option.field)
         shown = ",".join(default) if isinstance(default, tuple) else default
+        help_text = f"{option.help} [env {option.env}; default: {shown!s}]"
+        if option.switch:
+            serve.add_argument(
+                option.flag, dest=option.field, action="store_true", default=None, help=help_text
+            )
+            continue
         serve.add_argument(
             option.flag,
             dest=option.field,
@@ -156,8 +191,26 @@ def build_parser() -> argparse.ArgumentParser:
             action="append" if option.repeat else "store",
             choices=option.choices,
             default=None,
-            help=f"{option.help} [env {option.env}; default: {shown!s}]",
+            help=help_text,
         )
+
+    tool_server = commands.add_parser(
+        "tool-server",
+        help="run a bundled MCP tool server",
+        description="Run a bundled MCP tool server. 'python' offers one tool, python(code), "
+        "that runs the code in a fresh, limited process and returns what it prints.",
+    )
+    tool_server.add_argument("name", choices=("python",), help="which tool server")
+    where = tool_server.add_mutually_exclusive_group(required=True)
+    where.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout")
+    where.add_argument("--port", type=int, help="serve streamable HTTP at http://HOST:PORT/mcp")
+    tool_server.add_argument("--host", default="127.0.0.1", help="address for --port")
+    tool_server.add_argument("--cpu-seconds", type=int, default=10, help="CPU seconds per run")
+    tool_server.add_argument("--memory-mb", type=int, default=512, help="memory per run (MiB)")
+    tool_server.add_argument("--timeout", type=float, default=30.0, help="wall seconds per run")
+    tool_server.add_argument(
+        "--max-output-bytes", type=int, default=64 * 1024, help="output kept per run"
+    )
     return parser
 
 
@@ -168,8 +221,14 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Confi
         value = getattr(args, option.field, None)
         if value is None and option.env in environ:
             raw = environ[option.env]
-            value = [part for part in raw.split(",") if part] if option.repeat else raw
+            if option.switch:
+                value = raw.strip().lower() in ("1", "true", "yes", "on")
+            else:
+                value = [part for part in raw.split(",") if part] if option.repeat else raw
         if value is None:
+            continue
+        if option.switch:
+            values[option.field] = bool(value)
             continue
         value = tuple(option.kind(part) for part in value) if option.repeat else option.kind(value)
         values[option.field] = value
@@ -204,9 +263,30 @@ async def run_server(config: Config) -> None:
             logger.info("all responses ended; closing connections")
 
 
+def run_tool_server(args: argparse.Namespace) -> int:
+
+    limits = Limits(
+        cpu_s=args.cpu_seconds,
+        memory_bytes=args.memory_mb * 1024 * 1024,
+        wall_s=args.timeout,
+        output_bytes=args.max_output_bytes,
+    )
+    if args.stdio:
+        # stdout carries the protocol: log to stderr only, and only warnings.
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        python_server.run_stdio(limits)
+    else:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        logger.info("python tool server on http://%s:%d/mcp", args.host, args.port)
+        python_server.run_http(limits, args.host, args.port)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "tool-server":
+        return run_tool_server(args)
     try:
         config = config_from_args(args, dict(os.environ))
     except ValueError as error:
@@ -215,6 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if config.log_level != "debug":
+        # One line per MCP HTTP request is noise at info level.
+        for noisy in ("httpx2", "mcp"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     if config.engine == "scripted":
         logger.info(
             "no --model given: serving the SCRIPTED engine as %r (deterministic stand-in "

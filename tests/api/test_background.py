@@ -182,7 +182,7 @@ async def test_cancel_ends_every_reader_at_once(server: Server) -> None:
             terminal = events[-2].json()
             assert terminal["type"] == "response.failed"
             assert terminal["response"]["status"] == "cancelled"
-        await job.done.wait()
+        await job.ended.wait()
     assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
     assert server.service.statistics().subscribers == 0
 

@@ -64,7 +64,7 @@ async def test_client_disconnect_mid_stream_cancels_the_job(server: Server) -> N
 
     await stream.aclose()
     with trio.fail_after(2):
-        await job.done.wait()
+        await job.ended.wait()
     assert job.status == "cancelled"
     _assert_nothing_left(server)
     stored = await server.client.responses.retrieve(response_id)
@@ -81,7 +81,7 @@ async def test_client_disconnect_while_waiting_for_json_cancels_the_job(
         job = await spy.first()
     await stream.aclose()
     with trio.fail_after(2):
-        await job.done.wait()
+        await job.ended.wait()
     assert job.status == "cancelled"
     _assert_nothing_left(server)
 

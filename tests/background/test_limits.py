@@ -32,7 +32,7 @@ async def test_ten_thousand_background_responses_stay_bounded() -> None:
             ]
             ids.extend(job.id for job in jobs)
             for job in jobs:
-                await job.done.wait()
+                await job.ended.wait()
             stats = service.statistics()
             peak_stored = max(peak_stored, len(store))
             peak_streams = max(peak_streams, stats.retained_streams)

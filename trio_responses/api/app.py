@@ -153,6 +153,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
                     "description": info.description,
                     "healthy": healthy,
                 },
+                "tool_servers": service.pool.health(),
                 "jobs": {
                     "running": stats.running_jobs,
                     "active": stats.active_jobs,

@@ -61,7 +61,9 @@ class Job:
         )
         self.cancel_scope = trio.CancelScope()
         self.done = trio.Event()
-        """Set once the job's task has ended and its final state is persisted."""
+        """Set once the final state is persisted: what a client waiting for it needs."""
+        self.ended = trio.Event()
+        """Set once the job's task is gone (tool sessions closed, nothing left running)."""
 
     @property
     def background(self) -> bool:

@@ -11,7 +11,7 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
 
    * a fenced ```` ```python ```` block (python tool enabled) -> a python call;
    * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
-   * ``mcp:LABEL.TOOL {json}`` (namespace LABEL present) -> a ``LABEL.TOOL`` call;
+   * ``mcp:LABEL.TOOL {json}`` (TOOL declared in namespace LABEL) -> a ``LABEL.TOOL`` call;
    * ``search:QUERY`` (browser enabled) -> ``browser.search`` ``{"query": QUERY}``;
    * ``tokens:N`` -> a final answer of exactly N tokens;
    * ``fail:N`` -> the engine fails after N tokens;
@@ -50,7 +50,8 @@ class _Prompt:
     python: bool
     browser: bool
     functions: frozenset[str]
-    namespaces: frozenset[str]
+    namespaces: dict[str, frozenset[str]]
+    """Tool names declared in each MCP namespace."""
 
 
 _PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
@@ -91,7 +92,8 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
             break
     for match in _MCP.finditer(text):
         arguments = _json_at(text, match.end())
-        if match.group(1) in prompt.namespaces and arguments is not None:
+        declared = prompt.namespaces.get(match.group(1), frozenset())
+        if match.group(2) in declared and arguments is not None:
             recipient = f"{match.group(1)}.{match.group(2)}"
             found.append((match.start(), _call("commentary", recipient, arguments, "json"), None))
             break
@@ -133,13 +135,9 @@ def _read_prompt(prompt_tokens: Sequence[int]) -> _Prompt:
     system = "".join(text for role, text in messages if role == "system")
     developer = "".join(text for role, text in messages if role == "developer")
     last_role, last_text = messages[-1] if messages else (None, "")
-    namespaces = frozenset(_NAMESPACE.findall(developer)) - {"functions"}
-    functions_block = developer.split("namespace functions {", 1)
-    functions = (
-        frozenset(_FUNCTION_DECL.findall(functions_block[1].split("} // namespace functions")[0]))
-        if len(functions_block) == 2
-        else frozenset()
-    )
+    declared = _declared_tools(developer)
+    functions = declared.pop("functions", frozenset())
+    namespaces = declared
     return _Prompt(
         last_role=Role.TOOL if last_role == "tool" else Role(last_role) if last_role else None,
         last_text=last_text,
@@ -148,6 +146,16 @@ def _read_prompt(prompt_tokens: Sequence[int]) -> _Prompt:
         functions=functions,
         namespaces=namespaces,
     )
+
+
+def _declared_tools(developer: str) -> dict[str, frozenset[str]]:
+    """Tool names per ``namespace NAME { ... } // namespace NAME`` block."""
+    declared = {}
+    for match in _NAMESPACE.finditer(developer):
+        name = match.group(1)
+        body = developer[match.end() :].split(f"}} // namespace {name}", 1)[0]
+        declared[name] = frozenset(_FUNCTION_DECL.findall(body))
+    return declared
 
 
 _ROLES = frozenset({"system", "developer", "user", "assistant"})

@@ -7,10 +7,17 @@ it) and reads only the parser's cheap accessors (`current_channel`,
 `current_recipient`, `last_content_delta`). It never touches
 ``parser.state`` or ``parser.messages``, which re-serialise the whole message
 on every access and would make long outputs quadratic.
+
+A message addressed to a tool becomes the item for that tool, chosen by the
+``router``: ``functions.X`` a function call, ``python`` a code interpreter
+call, ``browser.*`` a web search, ``LABEL.TOOL`` an MCP call (or, when the
+call needs the user's approval, an approval request once the arguments are
+complete). The turn then ends with a `ToolCall` for the caller to act on.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -20,8 +27,7 @@ from openai_harmony import HarmonyError, Role, StreamableParser
 from ..protocol.builder import ResponseBuilder
 from .encoding import get_encoding, special_tokens
 
-RecipientKind = Literal["function", "unknown"]
-"""How a recipient is handled; later tool kinds extend this."""
+RecipientKind = Literal["function", "python", "browser", "mcp", "mcp_approval", "unknown"]
 
 Router = Callable[[str], RecipientKind]
 
@@ -32,12 +38,17 @@ class MalformedOutput(Exception):
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A finished tool-call message: who it is for and what it says."""
+    """A finished tool-call message: who it is for and what it says.
+
+    For ``python``, ``browser`` and ``mcp`` the builder's item is still open,
+    waiting for the result; for ``function`` and ``mcp_approval`` it is done
+    (``item_id`` names the function call or the approval request).
+    """
 
     kind: RecipientKind
     recipient: str
     arguments: str
-    item: dict[str, object]
+    item_id: str
 
 
 @dataclass(frozen=True)
@@ -71,11 +82,17 @@ class TurnTranslator:
         self._structural = special.structural
         self._recipient: str | None = None
         self._kind: RecipientKind | None = None
+        self._captured: list[str] | None = None  # arguments of a call awaiting approval
         self._call: ToolCall | None = None
         self._returned = False
         self._done = False
-        self.output_tokens = 0
+        self.tokens: list[int] = []
+        """Every token fed so far (the next turn's prompt continues with them)."""
         self.reasoning_tokens = 0
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.tokens)
 
     @property
     def done(self) -> bool:
@@ -95,7 +112,7 @@ class TurnTranslator:
         for token in tokens:
             if self._done:
                 return
-            self.output_tokens += 1
+            self.tokens.append(token)
             try:
                 parser.process(token)
             except HarmonyError as error:
@@ -108,12 +125,16 @@ class TurnTranslator:
                 elif token in self._closing:
                     self._close_item(self._closing[token])
                 continue
+            delta = parser.last_content_delta
+            if self._captured is not None:
+                if delta:
+                    self._captured.append(delta)
+                continue
             open_kind = builder.open_kind
             if open_kind is None:
                 continue
             if open_kind == "reasoning":
                 self.reasoning_tokens += 1
-            delta = parser.last_content_delta
             if delta:
                 builder.delta(delta)
 
@@ -131,15 +152,16 @@ class TurnTranslator:
         parser = self._parser
         channel = parser.current_channel
         recipient = parser.current_recipient
+        builder = self._builder
         if recipient in (None, "", "assistant"):
             self._recipient = None
             self._kind = None
             if channel == "analysis":
-                self._builder.open_reasoning()
+                builder.open_reasoning()
             elif channel == "commentary":
-                self._builder.open_message(phase="commentary")
+                builder.open_message(phase="commentary")
             else:
-                self._builder.open_message(phase="final_answer")
+                builder.open_message(phase="final_answer")
             return
         assert recipient is not None
         kind = self._router(recipient)
@@ -149,27 +171,75 @@ class TurnTranslator:
             )
         self._recipient = recipient
         self._kind = kind
-        self._builder.open_function_call(recipient.removeprefix("functions."))
+        if kind == "function":
+            builder.open_function_call(recipient.removeprefix("functions."))
+        elif kind == "python":
+            builder.open_code_interpreter_call(container_id="python")
+        elif kind == "browser":
+            builder.open_web_search_call()
+        elif kind == "mcp":
+            label, _, tool = recipient.partition(".")
+            builder.open_mcp_call(label, tool)
+        else:
+            self._captured = []
 
     def _close_item(self, how: str) -> None:
         builder = self._builder
+        recipient, kind = self._recipient, self._kind
+        self._recipient = self._kind = None
+        if recipient is not None and kind is not None:
+            self._call = self._finish_call(kind, recipient)
+            if how != "end":
+                self._done = True
+            return
         if builder.open_kind is None:
             # ``<|end|>`` right after a header: an empty message. Nothing to close.
             if how != "end":
                 self._done = True
                 self._returned = how == "return"
             return
-        item = builder.close_item("completed")
-        if self._recipient is not None and self._kind is not None:
-            arguments = item.get("arguments", "")
-            self._call = ToolCall(self._kind, self._recipient, str(arguments), item)
-            self._recipient = None
-            self._kind = None
-            if how != "end":
-                self._done = True
-            return
+        builder.close_item("completed")
         if how == "return":
             self._returned = True
             self._done = True
         elif how == "call":
             self._done = True
+
+    def _finish_call(self, kind: RecipientKind, recipient: str) -> ToolCall:
+        builder = self._builder
+        if kind == "mcp_approval":
+            arguments = "".join(self._captured or [])
+            self._captured = None
+            label, _, tool = recipient.partition(".")
+            item_id = builder.add_mcp_approval_request(label, tool, arguments)
+            return ToolCall(kind, recipient, arguments, item_id)
+        if kind == "function":
+            item = builder.close_item("completed")
+            return ToolCall(kind, recipient, str(item["arguments"]), str(item["id"]))
+        open_item_id = builder.open_item_id
+        arguments = builder.end_tool_input(action=_web_action(recipient, builder.open_text))
+        return ToolCall(kind, recipient, arguments, open_item_id)
+
+
+def _web_action(recipient: str, arguments: str) -> dict[str, object] | None:
+    """The ``action`` of a web search item, from the browser call's arguments."""
+    if not recipient.startswith("browser."):
+        return None
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    command = recipient.removeprefix("browser.")
+    if command == "open":
+        url = parsed.get("id", parsed.get("url"))
+        return {"type": "open_page", "url": url if isinstance(url, str) else None}
+    if command == "find":
+        return {
+            "type": "find_in_page",
+            "pattern": str(parsed.get("pattern", "")),
+            "url": str(parsed.get("url", parsed.get("cursor", ""))),
+        }
+    query = parsed.get("query")
+    return {"type": "search", "query": query if isinstance(query, str) else None}

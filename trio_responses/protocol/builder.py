@@ -30,10 +30,17 @@ _DELTA_TYPES = {
     "message": "response.output_text.delta",
     "reasoning": "response.reasoning_text.delta",
     "function_call": "response.function_call_arguments.delta",
+    "code_interpreter_call": "response.code_interpreter_call_code.delta",
+    "mcp_call": "response.mcp_call_arguments.delta",
 }
+"""Items whose streamed text has a delta event (a web search's arguments have none)."""
 
-ItemKind = Literal["reasoning", "message", "function_call"]
-ItemStatus = Literal["completed", "incomplete"]
+ItemKind = Literal[
+    "reasoning", "message", "function_call", "code_interpreter_call", "web_search_call", "mcp_call"
+]
+ToolItemKind = Literal["code_interpreter_call", "web_search_call", "mcp_call"]
+"""Items that stay open while their tool runs: input first, then the result."""
+ItemStatus = Literal["completed", "incomplete", "failed"]
 
 
 @dataclass
@@ -60,8 +67,9 @@ class _OpenItem:
     kind: ItemKind
     index: int
     item: dict[str, Any]
-    prefix: DeltaPrefix
+    prefix: DeltaPrefix | None
     parts: list[str] = field(default_factory=list)
+    input_done: bool = False
 
 
 def request_echo(request: CreateRequest) -> dict[str, Any]:
@@ -156,6 +164,7 @@ class ResponseBuilder:
         self._emit = emit
         self._sequence = 0
         self._open: _OpenItem | None = None
+        self._listing: tuple[int, dict[str, Any]] | None = None
 
     # -- snapshots -----------------------------------------------------------
 
@@ -169,7 +178,8 @@ class ResponseBuilder:
 
     def finished_items(self) -> list[dict[str, Any]]:
         """Output items whose ``output_item.done`` has been emitted."""
-        return self.output if self._open is None else self.output[:-1]
+        unfinished = self._open is not None or self._listing is not None
+        return self.output[:-1] if unfinished else self.output
 
     def snapshot(self) -> dict[str, Any]:
         """The Response object as it stands (finished items plus the open one)."""
@@ -216,6 +226,10 @@ class ResponseBuilder:
         """Close any open item and emit the terminal event for ``status``."""
         if self._open is not None:
             self.close_item("incomplete")
+        if self._listing is not None:
+            self.finish_mcp_list_tools(
+                None, error="The response ended before the tools were listed."
+            )
         self._transition(status)
         self.error = error
         self.incomplete_reason = incomplete_reason
@@ -232,6 +246,17 @@ class ResponseBuilder:
     @property
     def open_kind(self) -> ItemKind | None:
         return self._open.kind if self._open is not None else None
+
+    @property
+    def open_item_id(self) -> str:
+        if self._open is None:
+            raise RuntimeError("no item is open")
+        return str(self._open.item["id"])
+
+    @property
+    def open_text(self) -> str:
+        """The text streamed into the open item so far."""
+        return "".join(self._open.parts) if self._open is not None else ""
 
     def open_reasoning(self) -> None:
         item = {
@@ -276,8 +301,9 @@ class ResponseBuilder:
         if open_item is None:
             raise RuntimeError("delta() without an open item")
         open_item.parts.append(text)
-        self._emit(delta_frame(open_item.prefix, text, self._sequence))
-        self._sequence += 1
+        if open_item.prefix is not None:
+            self._emit(delta_frame(open_item.prefix, text, self._sequence))
+            self._sequence += 1
 
     def close_item(self, status: ItemStatus = "completed") -> dict[str, Any]:
         """Emit the ``*.done`` events of the open item and return the finished item."""
@@ -312,9 +338,12 @@ class ResponseBuilder:
                 {"type": "response.content_part.done", **ref, "content_index": 0, "part": part}
             )
             item["content"] = [part]
-        else:
+        elif open_item.kind == "function_call":
             self._event({"type": "response.function_call_arguments.done", **ref, "arguments": text})
             item["arguments"] = text
+        elif not open_item.input_done:
+            # A tool call cut short (token budget, cancellation): keep what was written.
+            self._set_tool_input(open_item, text)
         item["status"] = status
         self._event(
             {
@@ -325,17 +354,209 @@ class ResponseBuilder:
         )
         return item
 
+    # -- tool items: open, input streamed, input done, result -----------------------------
+
+    def open_code_interpreter_call(self, container_id: str) -> None:
+        item = {
+            "id": new_id("ci"),
+            "type": "code_interpreter_call",
+            "status": "in_progress",
+            "code": "",
+            "container_id": container_id,
+            "outputs": None,
+        }
+        self._add("code_interpreter_call", item, part=None)
+        self._tool_event("response.code_interpreter_call.in_progress")
+
+    def open_web_search_call(self) -> None:
+        item = {
+            "id": new_id("ws"),
+            "type": "web_search_call",
+            "status": "in_progress",
+            "action": {"type": "search"},
+        }
+        self._add("web_search_call", item, part=None)
+        self._tool_event("response.web_search_call.in_progress")
+
+    def open_mcp_call(self, server_label: str, name: str) -> None:
+        item = {
+            "id": new_id("mcp"),
+            "type": "mcp_call",
+            "server_label": server_label,
+            "name": name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        self._add("mcp_call", item, part=None)
+        self._tool_event("response.mcp_call.in_progress")
+
+    def end_tool_input(self, *, action: dict[str, Any] | None = None) -> str:
+        """The model finished writing the open tool call's input; returns it.
+
+        Emits ``code_interpreter_call_code.done`` + ``.interpreting``,
+        ``web_search_call.searching`` (with ``action``), or
+        ``mcp_call_arguments.done``. The item stays open for `finish_tool_call`.
+        """
+        open_item = self._require_tool_item()
+        text = "".join(open_item.parts)
+        open_item.input_done = True
+        self._set_tool_input(open_item, text, action=action)
+        ref = {"item_id": open_item.item["id"], "output_index": open_item.index}
+        if open_item.kind == "code_interpreter_call":
+            self._event({"type": "response.code_interpreter_call_code.done", **ref, "code": text})
+            open_item.item["status"] = "interpreting"
+            self._tool_event("response.code_interpreter_call.interpreting")
+        elif open_item.kind == "web_search_call":
+            open_item.item["status"] = "searching"
+            self._tool_event("response.web_search_call.searching")
+        else:
+            self._event({"type": "response.mcp_call_arguments.done", **ref, "arguments": text})
+        return text
+
+    def finish_tool_call(
+        self,
+        output: str,
+        *,
+        ok: bool,
+        error: dict[str, Any] | None = None,
+        approval_request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The tool answered (or failed): emit its result events and close the item.
+
+        ``output`` is what the tool said (or the failure, as text); ``error`` is
+        the structured ``mcp_call.error`` of a failed MCP call.
+        """
+        open_item = self._require_tool_item()
+        item = open_item.item
+        kind = open_item.kind
+        if kind == "code_interpreter_call":
+            item["outputs"] = [{"type": "logs", "logs": output}]
+            if ok:
+                self._tool_event("response.code_interpreter_call.completed")
+        elif kind == "web_search_call":
+            if ok:
+                self._tool_event("response.web_search_call.completed")
+        else:
+            if approval_request_id is not None:
+                item["approval_request_id"] = approval_request_id
+            if ok:
+                item["output"] = output
+            else:
+                item["error"] = error or {
+                    "type": "mcp_tool_execution_error",
+                    "content": [{"type": "text", "text": output}],
+                }
+            self._tool_event("response.mcp_call.completed" if ok else "response.mcp_call.failed")
+        return self.close_item("completed" if ok else "failed")
+
+    def add_mcp_approval_request(self, server_label: str, name: str, arguments: str) -> str:
+        """Emit a finished ``mcp_approval_request`` item; returns its id."""
+        item = {
+            "id": new_id("mcpr"),
+            "type": "mcp_approval_request",
+            "server_label": server_label,
+            "name": name,
+            "arguments": arguments,
+        }
+        self._add_finished(item)
+        return str(item["id"])
+
+    def open_mcp_list_tools(self, server_label: str) -> None:
+        """Start an ``mcp_list_tools`` item (finish it with `finish_mcp_list_tools`)."""
+        if self._open is not None:
+            raise RuntimeError("cannot list tools while an item is open")
+        item: dict[str, Any] = {
+            "id": new_id("mcpl"),
+            "type": "mcp_list_tools",
+            "server_label": server_label,
+            "tools": [],
+        }
+        index = len(self.output)
+        self.output.append(item)
+        self._listing = (index, item)
+        self._event(
+            {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
+        )
+        self._event(
+            {
+                "type": "response.mcp_list_tools.in_progress",
+                "item_id": item["id"],
+                "output_index": index,
+            }
+        )
+
+    def finish_mcp_list_tools(
+        self, tools: list[dict[str, Any]] | None, *, error: str | None = None
+    ) -> None:
+        if self._listing is None:
+            raise RuntimeError("finish_mcp_list_tools() without open_mcp_list_tools()")
+        index, item = self._listing
+        self._listing = None
+        ref = {"item_id": item["id"], "output_index": index}
+        if error is None:
+            item["tools"] = tools or []
+            self._event({"type": "response.mcp_list_tools.completed", **ref})
+        else:
+            item["error"] = error
+            self._event({"type": "response.mcp_list_tools.failed", **ref})
+        self._event(
+            {"type": "response.output_item.done", "output_index": index, "item": dict(item)}
+        )
+
+    def _tool_event(self, event_type: str) -> None:
+        open_item = self._open
+        assert open_item is not None
+        self._event(
+            {"type": event_type, "item_id": open_item.item["id"], "output_index": open_item.index}
+        )
+
+    def _require_tool_item(self) -> _OpenItem:
+        open_item = self._open
+        if open_item is None or open_item.kind not in (
+            "code_interpreter_call",
+            "web_search_call",
+            "mcp_call",
+        ):
+            raise RuntimeError("no tool call is open")
+        return open_item
+
+    @staticmethod
+    def _set_tool_input(
+        open_item: _OpenItem, text: str, *, action: dict[str, Any] | None = None
+    ) -> None:
+        item = open_item.item
+        if open_item.kind == "code_interpreter_call":
+            item["code"] = text
+        elif open_item.kind == "mcp_call":
+            item["arguments"] = text
+        elif action is not None:
+            item["action"] = action
+
+    def _add_finished(self, item: dict[str, Any]) -> None:
+        if self._open is not None:
+            raise RuntimeError("cannot add an item while another is open")
+        index = len(self.output)
+        self.output.append(item)
+        self._event(
+            {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
+        )
+        self._event(
+            {"type": "response.output_item.done", "output_index": index, "item": dict(item)}
+        )
+
     def _add(self, kind: ItemKind, item: dict[str, Any], *, part: dict[str, Any] | None) -> None:
         if self._open is not None:
             raise RuntimeError(f"cannot open a {kind} item while a {self._open.kind} is open")
         index = len(self.output)
         self.output.append(item)
         fields: dict[str, Any] = {"item_id": item["id"], "output_index": index}
-        if kind != "function_call":
+        if kind in ("message", "reasoning"):
             fields["content_index"] = 0
         if kind == "message":
             fields["logprobs"] = []
-        self._open = _OpenItem(kind, index, item, delta_prefix(_DELTA_TYPES[kind], fields))
+        delta_type = _DELTA_TYPES.get(kind)
+        prefix = delta_prefix(delta_type, fields) if delta_type is not None else None
+        self._open = _OpenItem(kind, index, item, prefix)
         self._event(
             {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
         )

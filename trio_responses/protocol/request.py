@@ -223,8 +223,25 @@ class McpCallItem(BaseModel):
     name: str
     arguments: str
     output: str | None = None
-    error: str | None = None
+    error: str | dict[str, Any] | None = None
     approval_request_id: str | None = None
+
+    def result_text(self) -> str:
+        """What the model read after this call: the output, or the error."""
+        error = self.error
+        if error is None:
+            return self.output or ""
+        if isinstance(error, str):
+            return f"Error: {error}"
+        if "message" in error:
+            return f"Error: {error['message']}"
+        content = error.get("content")
+        texts = (
+            [str(part.get("text", "")) for part in content or [] if isinstance(part, dict)]
+            if isinstance(content, list)
+            else [str(content)]
+        )
+        return "Error: " + "\n".join(texts)
 
 
 class McpApprovalRequestItem(BaseModel):

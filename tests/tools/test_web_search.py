@@ -1,0 +1,49 @@
+"""web_search through the 'browser' tool server (a stand-in with fixed results)."""
+
+from __future__ import annotations
+
+from tests.conftest import StartServer
+from tests.support import MODEL, check_stream, read_sse
+from tests.tools.servers import SEARCH_RESULTS, RunningMcp
+
+
+async def test_search_events_and_answer(start_server: StartServer, mcp_browser: RunningMcp) -> None:
+    server = await start_server(tool_servers=(f"browser={mcp_browser.url}",))
+    for tool_type in ("web_search", "web_search_preview"):
+        status, events, _ = await read_sse(
+            server.http,
+            "POST",
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "search: trio nurseries",
+                "tools": [{"type": tool_type}],
+                "stream": True,
+            },
+        )
+        assert status == 200
+        payloads = [event.json() for event in events[:-1]]
+        check_stream(payloads)
+        types = [p["type"] for p in payloads]
+        for expected in (
+            "response.web_search_call.in_progress",
+            "response.web_search_call.searching",
+            "response.web_search_call.completed",
+        ):
+            assert expected in types
+        final = payloads[-1]["response"]
+        call = next(item for item in final["output"] if item["type"] == "web_search_call")
+        assert call["status"] == "completed"
+        assert call["action"] == {"type": "search", "query": "trio nurseries"}
+        answer = final["output"][-1]["content"][0]["text"]
+        assert answer == f"Tool result: {SEARCH_RESULTS} (query: trio nurseries)"
+
+
+async def test_web_search_without_a_browser_server_is_400(start_server: StartServer) -> None:
+    server = await start_server()
+    response = await server.http.post(
+        "/v1/responses",
+        json={"model": MODEL, "input": "search: x", "tools": [{"type": "web_search"}]},
+    )
+    assert response.status_code == 400
+    assert "--tool-server browser=URL" in response.json()["error"]["message"]

@@ -1,0 +1,315 @@
+"""The tools one response may use: routing the model's calls, running them.
+
+A `Toolbox` is built per job from the request's ``tools`` and the server's
+`ToolServerPool`. It decides where a recipient goes (`route`), lists and calls
+MCP tools, and owns the job's per-request MCP sessions: one `McpSession` per
+``server_url`` server, opened on first use (in the job's nursery, by its own
+owner task) and closed when the job ends (`aclose`).
+
+`check_request_tools` is the part that runs before a job exists: it turns a
+request the server cannot serve into a 400.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, final
+from urllib.parse import urlsplit
+
+import trio
+from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
+
+from .._exceptions import InvalidRequestError
+from ..harmony.translator import RecipientKind, ToolCall
+from ..protocol.request import (
+    CodeInterpreterTool,
+    CreateRequest,
+    McpApprovalFilter,
+    McpTool,
+    McpToolFilter,
+    WebSearchTool,
+)
+from .pool import ToolServer, ToolServerPool
+from .session import McpSession, ToolError, ToolInfo, ToolResult
+from .transport import connect_to
+
+BROWSER_COMMANDS = frozenset({"search", "open", "find"})
+RESERVED_LABELS = frozenset({"functions", "python", "browser", "assistant"})
+
+
+def check_request_tools(
+    request: CreateRequest, pool: ToolServerPool, allow_hosts: Sequence[str]
+) -> None:
+    """Raise `InvalidRequestError` for tools this server cannot provide."""
+    labels: set[str] = set()
+    for index, tool in enumerate(request.tools):
+        if isinstance(tool, CodeInterpreterTool) and "python" not in pool:
+            raise InvalidRequestError(
+                "code_interpreter needs a python tool server: start the server with "
+                "--code-interpreter (or --tool-server python=URL).",
+                param=f"tools[{index}]",
+            )
+        if isinstance(tool, WebSearchTool) and "browser" not in pool:
+            raise InvalidRequestError(
+                f"{tool.type} needs a browser tool server: start the server with "
+                "--tool-server browser=URL.",
+                param=f"tools[{index}]",
+            )
+        if not isinstance(tool, McpTool):
+            continue
+        label = tool.server_label
+        if label in labels:
+            raise InvalidRequestError(
+                f"Duplicate MCP server_label {label!r}.", param=f"tools[{index}].server_label"
+            )
+        labels.add(label)
+        if label in RESERVED_LABELS:
+            raise InvalidRequestError(
+                f"server_label {label!r} is reserved; choose another.",
+                param=f"tools[{index}].server_label",
+            )
+        if tool.server_url is None:
+            if label not in pool:
+                configured = ", ".join(repr(name) for name in pool.labels) or "none"
+                raise InvalidRequestError(
+                    f"MCP tool {label!r} has no server_url and this server has no tool server "
+                    f"with that label (configured: {configured}).",
+                    param=f"tools[{index}].server_url",
+                )
+            continue
+        check_mcp_url(tool.server_url, allow_hosts, param=f"tools[{index}].server_url")
+
+
+def check_mcp_url(url: str, allow_hosts: Sequence[str], *, param: str) -> None:
+    """Raise `InvalidRequestError` unless ``url`` is http(s) on an allowed host."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        raise InvalidRequestError(f"server_url {url!r} is not an http(s) URL.", param=param)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    for pattern in allow_hosts:
+        pattern = pattern.lower()
+        if fnmatch.fnmatchcase(host, pattern) or fnmatch.fnmatchcase(f"{host}:{port}", pattern):
+            return
+    raise InvalidRequestError(
+        f"MCP server host {host!r} is not allowed. Per-request MCP servers must match a "
+        "--mcp-allow-host pattern given when the server starts (none are allowed by "
+        "default); for example --mcp-allow-host " + host + ".",
+        param=param,
+    )
+
+
+@dataclass(frozen=True)
+class McpServerUse:
+    """An MCP server as one request uses it."""
+
+    label: str
+    description: str | None
+    url: str | None
+    headers: Mapping[str, str]
+    allowed: frozenset[str] | None
+    approval_by_default: bool
+    """Whether a tool not named in ``approval_exceptions`` needs approval."""
+    approval_exceptions: frozenset[str]
+
+    @classmethod
+    def of(cls, tool: McpTool) -> McpServerUse:
+        allowed: frozenset[str] | None = None
+        if isinstance(tool.allowed_tools, list):
+            allowed = frozenset(tool.allowed_tools)
+        elif isinstance(tool.allowed_tools, McpToolFilter) and tool.allowed_tools.tool_names:
+            allowed = frozenset(tool.allowed_tools.tool_names)
+        return cls(
+            label=tool.server_label,
+            description=tool.server_description,
+            url=tool.server_url,
+            headers=dict(tool.headers or {}),
+            allowed=allowed,
+            **_approval(tool.require_approval),
+        )
+
+    def allows(self, name: str) -> bool:
+        return self.allowed is None or name in self.allowed
+
+    def needs_approval(self, name: str) -> bool:
+        return self.approval_by_default != (name in self.approval_exceptions)
+
+
+def _approval(policy: str | McpApprovalFilter | None) -> dict[str, Any]:
+    """``require_approval`` as a default and the tools that differ from it.
+
+    ``always`` (the default) and ``never`` apply to every tool. A filter names
+    tools: with ``never`` present, every tool needs approval except those
+    listed there (and not under ``always``); with only ``always``, only the
+    tools listed there need it.
+    """
+    if policy is None or policy == "always":
+        return {"approval_by_default": True, "approval_exceptions": frozenset()}
+    if policy == "never":
+        return {"approval_by_default": False, "approval_exceptions": frozenset()}
+    assert isinstance(policy, McpApprovalFilter)
+    always = frozenset(policy.always.tool_names or ()) if policy.always else frozenset()
+    if policy.never is not None:
+        never = frozenset(policy.never.tool_names or ())
+        return {"approval_by_default": True, "approval_exceptions": never - always}
+    return {"approval_by_default": False, "approval_exceptions": always}
+
+
+@final
+class Toolbox:
+    """Routing and calling for one response. Its sessions live in ``nursery``."""
+
+    def __init__(
+        self,
+        request: CreateRequest,
+        pool: ToolServerPool,
+        *,
+        nursery: trio.Nursery,
+        tool_timeout_s: float,
+        close_timeout_s: float,
+    ) -> None:
+        self._pool = pool
+        self._nursery = nursery
+        self._timeout_s = tool_timeout_s
+        self._close_timeout_s = close_timeout_s
+        hidden = request.tool_choice == "none"
+        self.python = not hidden and any(isinstance(t, CodeInterpreterTool) for t in request.tools)
+        self.browser = not hidden and any(isinstance(t, WebSearchTool) for t in request.tools)
+        self.mcp = {} if hidden else {t.server_label: McpServerUse.of(t) for t in request.mcp_tools}
+        self._sessions: dict[str, McpSession] = {}
+        self.sessions_opened = 0
+
+    # -- routing ---------------------------------------------------------------------
+
+    def route(self, recipient: str) -> RecipientKind:
+        if recipient.startswith("functions."):
+            return "function"
+        if recipient == "python" or recipient.startswith("python."):
+            return "python" if self.python else "unknown"
+        label, _, name = recipient.partition(".")
+        if label == "browser":
+            return "browser" if self.browser and name in BROWSER_COMMANDS else "unknown"
+        server = self.mcp.get(label)
+        if server is None or not name:
+            return "unknown"
+        if server.allows(name) and server.needs_approval(name):
+            return "mcp_approval"
+        return "mcp"
+
+    # -- MCP listings ------------------------------------------------------------------
+
+    async def list_tools(self, label: str) -> list[ToolInfo]:
+        """The tools of MCP server ``label`` this request may use.
+
+        Raises:
+            ToolError: the server could not be reached or failed.
+        """
+        server = self.mcp[label]
+        configured = self._pool.get(label) if server.url is None else None
+        if configured is not None:
+            if configured.state != "ready":
+                raise ToolError(
+                    f"The tool server {label!r} is not connected ({configured.state}).",
+                    code=CONNECTION_CLOSED,
+                )
+            tools = configured.tools
+        else:
+            tools = await self._session(server).list_tools(timeout_s=self._timeout_s)
+        return [tool for tool in tools if server.allows(tool.name)]
+
+    # -- calls ---------------------------------------------------------------------------
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Run a built-in or MCP tool call.
+
+        Raises:
+            ToolError: the call could not be made or got no answer (the server
+                is down, failed, timed out); a tool that ran and reported an
+                error returns ``is_error`` instead.
+
+        Cancellation: cancels the call (only it); the session stays usable.
+        """
+        return await self._call(call)
+
+    async def _call(self, call: ToolCall) -> ToolResult:
+        if call.kind == "python":
+            return await self._configured("python").call_tool(
+                "python", {"code": call.arguments}, timeout_s=self._timeout_s
+            )
+        label, _, name = call.recipient.partition(".")
+        arguments = _arguments(call.arguments)
+        if call.kind == "browser":
+            return await self._configured("browser").call_tool(
+                name, arguments, timeout_s=self._timeout_s
+            )
+        server = self.mcp[label]
+        if not server.allows(name):
+            raise ToolError(
+                f"The tool {name!r} of MCP server {label!r} is not allowed here.",
+                code=METHOD_NOT_FOUND,
+            )
+        if server.url is None:
+            return await self._configured(label).call_tool(
+                name, arguments, timeout_s=self._timeout_s
+            )
+        return await self._session(server).call_tool(name, arguments, timeout_s=self._timeout_s)
+
+    def _configured(self, label: str) -> ToolServer:
+        server = self._pool.get(label)
+        if server is None:
+            raise ToolError(f"No tool server {label!r} is configured.", code=METHOD_NOT_FOUND)
+        return server
+
+    def _session(self, server: McpServerUse) -> McpSession:
+        session = self._sessions.get(server.label)
+        if session is None or session.ended:
+            assert server.url is not None
+            session = McpSession(
+                server.label,
+                connect_to(server.url, server.headers),
+                connect_timeout_s=self._timeout_s,
+                close_timeout_s=self._close_timeout_s,
+            )
+            self._sessions[server.label] = session
+            self.sessions_opened += 1
+            self._nursery.start_soon(session.run, name=f"mcp session {server.label}")
+        return session
+
+    async def aclose(self) -> None:
+        """Close the per-request sessions and wait for their owners (bounded).
+
+        Each owner says goodbye to its server (an HTTP session is deleted, a
+        child process ends) within ``close_timeout_s``, then is cancelled.
+        """
+        for session in self._sessions.values():
+            session.close()
+        with trio.move_on_after(self._close_timeout_s + 1):
+            for session in self._sessions.values():
+                await session.wait_ended()
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ToolError(
+            f"The call's arguments are not valid JSON: {error}.", code=INVALID_PARAMS
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolError("The call's arguments must be a JSON object.", code=INVALID_PARAMS)
+    return value
+
+
+def tool_json(tool: ToolInfo) -> dict[str, Any]:
+    """A tool as an ``mcp_list_tools`` item lists it."""
+    listed: dict[str, Any] = {"name": tool.name, "input_schema": tool.input_schema}
+    if tool.description is not None:
+        listed["description"] = tool.description
+    if tool.annotations:
+        listed["annotations"] = tool.annotations
+    return listed
