@@ -226,6 +226,16 @@ class RawSSEClient:
             await self._fill()
         return parse_sse(bytes(self._complete_body()))
 
+    async def read_until(self, event_type: str) -> list[SSEEvent]:
+        """Read until an event of ``event_type`` has arrived; returns the events so far."""
+        if not self.status:
+            await self.read_head()
+        while True:
+            events = parse_sse(bytes(self._complete_body()))
+            if any(event.event == event_type for event in events):
+                return events
+            await self._fill()
+
     async def read_all(self) -> bytes:
         """Read to the end of the response (the last chunk)."""
         if not self.status:

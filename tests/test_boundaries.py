@@ -55,3 +55,23 @@ def test_public_names_are_reexported_explicitly() -> None:
     public = {name for name in vars(trio_responses) if not name.startswith("_")}
     modules = {"protocol", "harmony", "engine", "background", "store", "api", "tools", "cli"}
     assert public - modules - {"annotations"} == exported
+
+
+def test_no_async_generator_outside_context_managers() -> None:
+    """An async generator that yields inside a context it opened breaks when closed
+    from another task; the only ones allowed are @asynccontextmanager functions,
+    whose contexts are entered and exited by the task using them."""
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.AsyncFunctionDef):
+                continue
+            yields = [
+                inner for inner in ast.walk(node) if isinstance(inner, ast.Yield | ast.YieldFrom)
+            ]
+            if not yields:
+                continue
+            decorators = {ast.unparse(decorator) for decorator in node.decorator_list}
+            assert decorators & {"asynccontextmanager", "contextlib.asynccontextmanager"}, (
+                f"{path.name}:{node.lineno} {node.name} is an async generator"
+            )
