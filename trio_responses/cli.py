@@ -276,8 +276,7 @@ def run_tool_server(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         python_server.run_stdio(limits)
     else:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        logger.info("python tool server on http://%s:%d/mcp", args.host, args.port)
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
         python_server.run_http(limits, args.host, args.port)
     return 0
 

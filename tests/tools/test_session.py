@@ -104,3 +104,48 @@ async def test_server_dying_mid_call_fails_the_call_and_the_session(
     assert session.state == "failed"
     with pytest.raises(ToolError):
         await session.call_tool("echo", {"text": "b"})
+
+
+async def test_bundled_python_server_over_http(nursery: trio.Nursery) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    process = await trio.lowlevel.open_process(
+        [
+            sys.executable,
+            "-m",
+            "trio_responses",
+            "tool-server",
+            "python",
+            "--port",
+            "0",
+            "--cpu-seconds",
+            "2",
+        ],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None
+    try:
+        log = b""
+        with trio.fail_after(30):
+            while not (match := re.search(rb"python tool server: (\S+)", log)):
+                chunk = await process.stderr.receive_some()
+                assert chunk, log.decode()
+                log += chunk
+        session = await _open(nursery, match.group(1).decode())
+        (tool,) = await session.list_tools()
+        assert tool.name == "python" and "code" in tool.input_schema["properties"]
+        result = await session.call_tool(
+            "python", {"code": "import sys; print(sys.flags.isolated)"}
+        )
+        assert result.text == "1\n" and not result.is_error
+        failed = await session.call_tool("python", {"code": "1/0"})
+        assert failed.is_error and "ZeroDivisionError" in failed.text
+        assert "exit status 1" in failed.text
+        session.close()
+    finally:
+        process.kill()
+        await process.wait()

@@ -11,6 +11,7 @@ reason; the server itself is never affected.
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 
 import anyio
@@ -48,9 +49,18 @@ def run_stdio(limits: Limits) -> None:
 
 
 def run_http(limits: Limits, host: str, port: int) -> None:
-    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted."""
+    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted.
+
+    Prints the bound URL (``--port 0`` picks a free port) on stderr.
+    """
     app = build_server(limits).streamable_http_app()
     config = HypercornConfig()
-    config.bind = [f"{host}:{port}"]
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
-    trio.run(partial(hypercorn.trio.serve, app, config))  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(partial(hypercorn.trio.serve, app, config))  # type: ignore[arg-type]
+            print(f"python tool server: {urls[0]}/mcp", file=sys.stderr, flush=True)
+
+    trio.run(main)

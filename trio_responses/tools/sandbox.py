@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import trio
 
-# Sets the limits, then replaces itself with the interpreter running main.py.
+# Sets the limits, then replaces itself with the interpreter running main.py
+# (unbuffered, so stdout and stderr interleave as the code wrote them).
 _LAUNCHER = """\
 import os, resource, sys
 cpu, memory, fsize = (int(v) for v in sys.argv[1:4])
@@ -33,7 +34,7 @@ resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-os.execv(sys.executable, [sys.executable, "-I", "main.py"])
+os.execv(sys.executable, [sys.executable, "-I", "-u", "main.py"])
 """
 
 
@@ -93,25 +94,34 @@ async def run_python(code: str, limits: Limits | None = None) -> RunResult:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        assert process.stdout is not None
+        stdout = process.stdout
+        assert stdout is not None
         output = bytearray()
         truncated = False
+
+        async def collect() -> None:
+            nonlocal truncated
+            while chunk := await stdout.receive_some(65536):
+                room = limits.output_bytes - len(output)
+                if len(chunk) > room:
+                    output.extend(chunk[:room])
+                    truncated = True
+                    _kill_group(process.pid)
+                    return
+                output.extend(chunk)
+
         try:
             with trio.move_on_after(limits.wall_s) as wall:
-                while chunk := await process.stdout.receive_some(65536):
-                    room = limits.output_bytes - len(output)
-                    if len(chunk) > room:
-                        output.extend(chunk[:room])
-                        truncated = True
-                        break
-                    output.extend(chunk)
-                if not truncated:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(collect)
                     await process.wait()
+                    # Whatever it started still holds the pipe open: end them too.
+                    _kill_group(process.pid)
         finally:
             with trio.CancelScope(shield=True):
                 _kill_group(process.pid)
                 await process.wait()
-                await process.stdout.aclose()
+                await stdout.aclose()
     text = output.decode("utf-8", errors="replace")
     if truncated:
         text += f"\n[output truncated at {limits.output_bytes} bytes; the process was stopped]"
