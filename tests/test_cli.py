@@ -46,6 +46,13 @@ def test_help_documents_every_option_with_its_variable(capsys: pytest.CaptureFix
         "--api-key",
         "--token-delay",
         "--log-level",
+        "--tool-server",
+        "--code-interpreter",
+        "--mcp-allow-host",
+        "--tool-timeout",
+        "--shutdown-grace",
+        "--max-active-jobs",
+        "--stream-retention",
     ):
         assert flag in text
         variable = "TRIO_RESPONSES_" + flag[2:].upper().replace("-", "_")
@@ -148,3 +155,24 @@ async def test_sigterm_lets_jobs_end_and_exits_cleanly() -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def test_tool_flags() -> None:
+    config = _config(
+        [
+            "--code-interpreter",
+            "--tool-server",
+            "docs=stdio:docs-server --ro",
+            "--mcp-allow-host",
+            "*.internal",
+            "--tool-timeout",
+            "5",
+        ],
+    )
+    assert config.code_interpreter is True  # type: ignore[attr-defined]
+    assert config.tool_servers == ("docs=stdio:docs-server --ro",)  # type: ignore[attr-defined]
+    assert config.mcp_allow_hosts == ("*.internal",)  # type: ignore[attr-defined]
+    servers = config.all_tool_servers  # type: ignore[attr-defined]
+    assert servers[0].startswith("python=stdio:") and "tool-server python --stdio" in servers[0]
+    from_env = _config([], {"TRIO_RESPONSES_CODE_INTERPRETER": "true"})
+    assert from_env.code_interpreter is True  # type: ignore[attr-defined]
