@@ -32,11 +32,14 @@ def test_sans_io_core_imports_no_io_framework(core: str) -> None:
         assert not _imported_modules(path) & FORBIDDEN, path.name
 
 
-def test_only_the_vllm_engine_may_import_asyncio() -> None:
+def test_only_the_vllm_engine_may_import_asyncio_and_vllm() -> None:
     for path in PACKAGE.rglob("*.py"):
+        imported = _imported_modules(path)
         if path.name == "vllm.py":
             continue
-        assert not _imported_modules(path) & {"asyncio", "vllm", "trio_asyncio"}, path
+        assert not imported & {"asyncio", "trio_asyncio"}, path
+        if path.name != "vllm_testing.py":
+            assert not imported & {"vllm", "torch"}, path
 
 
 def test_public_names_are_reexported_explicitly() -> None:
@@ -44,7 +47,7 @@ def test_public_names_are_reexported_explicitly() -> None:
     tree = ast.parse(source)
     exported = {
         alias.asname
-        for node in tree.body
+        for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
         if alias.asname is not None
@@ -52,9 +55,23 @@ def test_public_names_are_reexported_explicitly() -> None:
     assert {"Config", "serve", "serve_service", "open_responses_service"} <= exported
     for name in exported:
         assert getattr(trio_responses, name) is not None
-    public = {name for name in vars(trio_responses) if not name.startswith("_")}
+    public = {name for name in dir(trio_responses) if not name.startswith("_")}
     modules = {"protocol", "harmony", "engine", "background", "store", "api", "tools", "cli"}
-    assert public - modules - {"annotations"} == exported
+    assert public - modules - {"annotations", "TYPE_CHECKING", "Any"} == exported
+
+
+def test_importing_the_package_does_not_load_the_web_stack() -> None:
+    """vLLM's engine processes import the parent's main module (see __init__)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, trio_responses, trio_responses.cli, trio_responses.engine;"
+        "print(sorted(m for m in ('quart', 'quart_trio', 'hypercorn', 'werkzeug')"
+        " if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
 
 
 def test_no_async_generator_outside_context_managers() -> None:

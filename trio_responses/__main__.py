@@ -4,4 +4,6 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# Guarded: the vLLM engine spawns processes, which import the main module again.
+if __name__ == "__main__":
+    sys.exit(main())

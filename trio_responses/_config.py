@@ -43,6 +43,14 @@ class Config:
     """Names clients pass as ``model``; the first is reported in responses."""
     token_delay_s: float = 0.0
     """Scripted engine: pause between output tokens."""
+    vllm_args: tuple[str, ...] = ()
+    """vLLM engine: ``KEY=VALUE`` pairs passed to ``AsyncEngineArgs`` (values as JSON
+    when they parse), e.g. ``tensor_parallel_size=2``, ``gpu_memory_utilization=0.85``."""
+    kv_cache_bytes: int | None = None
+    """vLLM engine: KV-cache size in bytes (``kv_cache_memory_bytes``)."""
+    engine_script: bool = False
+    """Testing: make the vLLM engine emit the scripted model's tokens (see
+    ``trio_responses.engine.vllm_testing``)."""
     max_model_len: int = 131_072
     """Context window: prompt plus output tokens must fit in it."""
 

@@ -21,10 +21,6 @@ from typing import Any
 import trio
 
 from ._config import Config
-from ._serve import serve_service
-from ._service import open_responses_service
-from .tools import python_server
-from .tools.sandbox import Limits
 
 logger = logging.getLogger("trio_responses")
 
@@ -70,6 +66,20 @@ _SERVE_OPTIONS = (
         repeat=True,
     ),
     _Option("--token-delay", "token_delay_s", "scripted engine: seconds between tokens", float),
+    _Option(
+        "--vllm-arg",
+        "vllm_args",
+        "vLLM engine: KEY=VALUE for AsyncEngineArgs, e.g. tensor_parallel_size=2 "
+        "(repeatable; comma-separated in the variable)",
+        repeat=True,
+    ),
+    _Option("--kv-cache-bytes", "kv_cache_bytes", "vLLM engine: KV-cache size in bytes", int),
+    _Option(
+        "--engine-script",
+        "engine_script",
+        "testing: make the vLLM engine emit the scripted model's tokens",
+        switch=True,
+    ),
     _Option(
         "--log-level", "log_level", "logging level", choices=("debug", "info", "warning", "error")
     ),
@@ -244,6 +254,10 @@ async def run_server(config: Config) -> None:
     responses ``shutdown_grace_s`` to finish, end the rest ``failed``
     (``server_shutdown``), then stop.
     """
+    # Imported here, not at module level: see the package docstring.
+    from ._serve import serve_service
+    from ._service import open_responses_service
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         stop = trio.Event()
 
@@ -264,6 +278,9 @@ async def run_server(config: Config) -> None:
 
 
 def run_tool_server(args: argparse.Namespace) -> int:
+    # Only this command needs the MCP server side.
+    from .tools import python_server
+    from .tools.sandbox import Limits
 
     limits = Limits(
         cpu_s=args.cpu_seconds,

@@ -152,6 +152,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
                     "model": info.model,
                     "description": info.description,
                     "healthy": healthy,
+                    "statistics": service.engine.statistics(),
                 },
                 "tool_servers": service.pool.health(),
                 "jobs": {

