@@ -180,7 +180,6 @@ class Toolbox:
         self.browser = not hidden and any(isinstance(t, WebSearchTool) for t in request.tools)
         self.mcp = {} if hidden else {t.server_label: McpServerUse.of(t) for t in request.mcp_tools}
         self._sessions: dict[str, McpSession] = {}
-        self.sessions_opened = 0
 
     # -- routing ---------------------------------------------------------------------
 
@@ -274,7 +273,6 @@ class Toolbox:
                 close_timeout_s=self._close_timeout_s,
             )
             self._sessions[server.label] = session
-            self.sessions_opened += 1
             self._nursery.start_soon(session.run, name=f"mcp session {server.label}")
         return session
 
