@@ -9,7 +9,8 @@ download. Three servers start once per session, side by side:
 * ``scripted``: ``--engine-script`` (vLLM follows the scripted model's tokens
   through a logits processor) and ``--code-interpreter``;
 * ``random``: the same model with nothing forcing it: random tokens;
-* ``doomed``: scripted, for the shutdown test, which ends it.
+* ``doomed``: scripted, for the shutdown test, which ends it;
+* ``fragile``: scripted, for the engine-death test, which kills its engine.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ def vllm_servers(
         ),
         "random": _start("random", tiny_model, logs),
         "doomed": _start("doomed", tiny_model, logs, "--engine-script"),
+        "fragile": _start("fragile", tiny_model, logs, "--engine-script"),
     }
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -189,3 +191,16 @@ def random_model(vllm_servers: dict[str, VllmServer]) -> VllmServer:
 @pytest.fixture
 def doomed(vllm_servers: dict[str, VllmServer]) -> VllmServer:
     return vllm_servers["doomed"]
+
+
+@pytest.fixture
+def fragile(vllm_servers: dict[str, VllmServer]) -> VllmServer:
+    return vllm_servers["fragile"]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Keep each phase's report on the test item (the log fixture reads it)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)  # type: ignore[attr-defined]
+    return report

@@ -228,6 +228,39 @@ async def test_shutdown_with_requests_in_flight(doomed: VllmServer) -> None:
     assert "Traceback" not in log
 
 
+async def test_engine_death_fails_responses_and_health(fragile: VllmServer) -> None:
+    engines = [
+        pid for pid in _descendants(fragile.process.pid) if "EngineCore" in _command_line(pid)
+    ]
+    assert engines, "vLLM's engine core runs in its own process"
+    body = {"model": MODEL_NAME, "input": "tokens:3000", "stream": True}
+    reader = await RawSSEClient.open(_raw(fragile), "POST", "/v1/responses", body)
+    await reader.read_until("response.output_text.delta")
+    for pid in engines:
+        os.kill(pid, signal.SIGKILL)
+    with trio.fail_after(30):
+        events = parse_sse(await reader.read_all())
+    terminal = events[-2].json()
+    assert terminal["type"] == "response.failed"
+    assert "engine" in terminal["response"]["error"]["message"]
+    async with httpx2.AsyncClient(base_url=fragile.url, timeout=30) as http:
+        health = await http.get("/health")
+        assert health.status_code == 503
+        assert health.json()["engine"]["healthy"] is False
+        after = await http.post("/v1/responses", json={"model": MODEL_NAME, "input": "hi"})
+        assert after.status_code == 200
+        assert after.json()["status"] == "failed"
+        assert "restart" in after.json()["error"]["message"]
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 @pytest.fixture(autouse=True)
 def _keep_logs_on_failure(request: Any, vllm_servers: dict[str, VllmServer]) -> Any:
     yield
