@@ -20,7 +20,7 @@ decides what a cancellation means.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ._exceptions import EngineError, InvalidRequestError
 from .background.job import Job
@@ -55,8 +55,6 @@ class PromptPlan:
     """MCP servers to list first (not listed earlier in the conversation)."""
     approvals: tuple[tuple[McpApprovalResponseItem, McpApprovalRequestItem], ...] = ()
     """Answers to approval requests, with the requests they answer."""
-    descriptions: dict[str, str | None] = field(default_factory=dict)
-    """MCP server descriptions by label (for namespaces listed now)."""
 
 
 async def generate_response(
@@ -79,7 +77,7 @@ async def generate_response(
             namespaces.append(
                 ToolNamespace(
                     label,
-                    plan.descriptions.get(label),
+                    toolbox.mcp[label].description,
                     [tool_description(t.name, t.description, t.input_schema) for t in tools],
                 )
             )

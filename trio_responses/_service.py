@@ -48,7 +48,6 @@ from .harmony.prompt import PromptTools, ToolNamespace, render_request_prompt, t
 from .protocol.builder import request_echo
 from .protocol.ids import IdPrefix, new_id
 from .protocol.request import (
-    SUPPORTED_INCLUDES,
     CodeInterpreterTool,
     CreateRequest,
     InputItem,
@@ -57,6 +56,7 @@ from .protocol.request import (
     McpListToolsItem,
     MessageItem,
     WebSearchTool,
+    check_includes,
     parse_create_request,
     parse_input_item,
 )
@@ -282,10 +282,8 @@ class ResponsesService:
         }
         namespaces: list[ToolNamespace] = []
         to_list: list[str] = []
-        descriptions: dict[str, str | None] = {}
         for tool in [] if hidden else request.mcp_tools:
             use = McpServerUse.of(tool)
-            descriptions[use.label] = use.description
             if use.label not in listed:
                 to_list.append(use.label)
                 continue
@@ -333,7 +331,6 @@ class ResponsesService:
             ),
             to_list=tuple(to_list),
             approvals=tuple(approvals),
-            descriptions=descriptions,
         )
 
     # -- run -------------------------------------------------------------------------------
@@ -484,13 +481,7 @@ class ResponsesService:
             raise InvalidRequestError(
                 f"Invalid 'limit': {limit}. It must be between 1 and 100.", param="limit"
             )
-        for index, value in enumerate(include):
-            if value not in SUPPORTED_INCLUDES:
-                raise InvalidRequestError(
-                    f"Unsupported value {value!r} in 'include'.",
-                    param=f"include[{index}]",
-                    code="unsupported_value",
-                )
+        check_includes(include)
         job = self.get_job(response_id, owner=owner)
         if job is not None and job.request.store:
             items = job.input_items

@@ -20,6 +20,7 @@ understand could change what the model is allowed to do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -531,13 +532,9 @@ def parse_create_request(body: Any) -> CreateRequest:
     return request
 
 
-def _check_semantics(request: CreateRequest) -> None:
-    if request.background and not request.store:
-        raise InvalidRequestError(
-            "Background responses must be stored: set 'store' to true or drop 'background'.",
-            param="background",
-        )
-    for index, value in enumerate(request.include):
+def check_includes(values: Sequence[str]) -> None:
+    """Raise `InvalidRequestError` for an ``include`` value we do not support."""
+    for index, value in enumerate(values):
         if value not in SUPPORTED_INCLUDES:
             raise InvalidRequestError(
                 f"Unsupported value {value!r} in 'include'. Supported values are: "
@@ -546,6 +543,15 @@ def _check_semantics(request: CreateRequest) -> None:
                 param=f"include[{index}]",
                 code="unsupported_value",
             )
+
+
+def _check_semantics(request: CreateRequest) -> None:
+    if request.background and not request.store:
+        raise InvalidRequestError(
+            "Background responses must be stored: set 'store' to true or drop 'background'.",
+            param="background",
+        )
+    check_includes(request.include)
     for index, tool in enumerate(request.tools):
         if isinstance(tool, UnsupportedTool):
             raise InvalidRequestError(

@@ -30,7 +30,7 @@ from typing import Any, Literal, final
 import trio
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, PaginatedRequestParams
 
 logger = logging.getLogger("trio_responses.tools")
 
@@ -274,8 +274,6 @@ class McpSession:
 
 
 async def _list_all(session: ClientSession) -> list[ToolInfo]:
-    from mcp_types import PaginatedRequestParams
-
     tools: list[ToolInfo] = []
     cursor: str | None = None
     while True:
