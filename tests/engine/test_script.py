@@ -77,6 +77,15 @@ def test_search_and_mcp_directives() -> None:
     assert 'to=browser.search <|constrain|>json<|message|>{"query": "trio nurseries"}<|call|>' in (
         search
     )
+    page = _text(_plan(PromptTools(browser=True), input='browser:open {"id": "https://a.test/"}'))
+    assert page.endswith(
+        'to=browser.open <|constrain|>json<|message|>{"id": "https://a.test/"}<|call|>'
+    )
+    find = _text(_plan(PromptTools(browser=True), input='browser:find {"pattern": "nursery"}'))
+    assert find.endswith(
+        'to=browser.find <|constrain|>json<|message|>{"pattern": "nursery"}<|call|>'
+    )
+    assert _text(_plan(input='browser:find {"pattern": "nursery"}')).endswith("<|return|>")
     from openai_harmony import ToolDescription
 
     from trio_responses.harmony.prompt import ToolNamespace

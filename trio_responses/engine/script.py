@@ -13,6 +13,8 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
    * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
    * ``mcp:LABEL.TOOL {json}`` (TOOL declared in namespace LABEL) -> a ``LABEL.TOOL`` call;
    * ``search:QUERY`` (browser enabled) -> ``browser.search`` ``{"query": QUERY}``;
+   * ``browser:COMMAND {json}`` (browser enabled, COMMAND ``open`` or ``find``) -> a
+     ``browser.COMMAND`` call with those arguments;
    * ``tokens:N`` -> a final answer of exactly N tokens;
    * ``fail:N`` -> the engine fails after N tokens;
    * none -> the final answer ``You said: <T>``.
@@ -58,6 +60,7 @@ _PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 _CALL = re.compile(r"call:([A-Za-z0-9_-]+)[ \t]*")
 _MCP = re.compile(r"mcp:([A-Za-z0-9_-]+)\.([A-Za-z0-9_.-]+)[ \t]*")
 _SEARCH = re.compile(r"search:[ \t]*([^\n]+)")
+_BROWSER = re.compile(r"browser:(open|find)[ \t]*")
 _TOKENS = re.compile(r"tokens:(\d+)")
 _FAIL = re.compile(r"fail:(\d+)")
 _DELAY = re.compile(r"delay:(\d+)")
@@ -100,6 +103,12 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
     if prompt.browser and (match := _SEARCH.search(text)):
         arguments = json.dumps({"query": match.group(1).strip()})
         found.append((match.start(), _call("analysis", "browser.search", arguments, "json"), None))
+    for match in _BROWSER.finditer(text) if prompt.browser else ():
+        arguments = _json_at(text, match.end())
+        if arguments is not None:
+            recipient = f"browser.{match.group(1)}"
+            found.append((match.start(), _call("analysis", recipient, arguments, "json"), None))
+            break
     if match := _TOKENS.search(text):
         found.append((match.start(), _final_of_length(int(match.group(1))), None))
     if match := _FAIL.search(text):
