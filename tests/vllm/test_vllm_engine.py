@@ -72,11 +72,12 @@ async def test_streamed_echo_answer(scripted: VllmServer) -> None:
 
 
 async def test_client_hanging_up_aborts_the_engine_request(scripted: VllmServer) -> None:
-    body = {"model": MODEL_NAME, "input": "tokens:300", "stream": True}
+    body = {"model": MODEL_NAME, "input": "tokens:3000", "stream": True}
     reader = await RawSSEClient.open(_raw(scripted), "POST", "/v1/responses", body)
     events = await reader.read_events(20)
     response_id = events[0].json()["response"]["id"]
-    assert (await _engine_statistics(scripted))["unfinished"] == 1
+    statistics = await _engine_statistics(scripted)
+    assert statistics["unfinished"] == 1, statistics
     await reader.aclose()
     await _engine_idle(scripted)
     async with httpx2.AsyncClient(base_url=scripted.url) as http:
@@ -86,7 +87,7 @@ async def test_client_hanging_up_aborts_the_engine_request(scripted: VllmServer)
 
 async def test_cancelled_background_response_ends_every_reader(scripted: VllmServer) -> None:
     client = _client(scripted)
-    created = await client.responses.create(model=MODEL_NAME, input="tokens:300", background=True)
+    created = await client.responses.create(model=MODEL_NAME, input="tokens:3000", background=True)
     path = f"/v1/responses/{created.id}?stream=true"
     readers = [await RawSSEClient.open(_raw(scripted), "GET", path) for _ in range(2)]
     for reader in readers:
