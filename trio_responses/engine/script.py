@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from openai_harmony import Role
@@ -87,28 +87,28 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
     found: list[tuple[int, tuple[int, ...], int | None]] = []
     if prompt.python and (match := _PYTHON_BLOCK.search(text)):
         found.append((match.start(), _call("analysis", "python", match.group(1), "code"), None))
-    for match in _CALL.finditer(text):
-        arguments = _json_at(text, match.end())
-        if match.group(1) in prompt.functions and arguments is not None:
-            recipient = f"functions.{match.group(1)}"
-            found.append((match.start(), _call("commentary", recipient, arguments, "json"), None))
-            break
-    for match in _MCP.finditer(text):
-        arguments = _json_at(text, match.end())
-        declared = prompt.namespaces.get(match.group(1), frozenset())
-        if match.group(2) in declared and arguments is not None:
-            recipient = f"{match.group(1)}.{match.group(2)}"
-            found.append((match.start(), _call("commentary", recipient, arguments, "json"), None))
-            break
+    for call in (
+        _json_call(
+            text,
+            _CALL,
+            "commentary",
+            lambda m: f"functions.{m[1]}" if m[1] in prompt.functions else None,
+        ),
+        _json_call(
+            text,
+            _MCP,
+            "commentary",
+            lambda m: f"{m[1]}.{m[2]}" if m[2] in prompt.namespaces.get(m[1], ()) else None,
+        ),
+        _json_call(
+            text, _BROWSER, "analysis", lambda m: f"browser.{m[1]}" if prompt.browser else None
+        ),
+    ):
+        if call is not None:
+            found.append(call)
     if prompt.browser and (match := _SEARCH.search(text)):
         arguments = json.dumps({"query": match.group(1).strip()})
         found.append((match.start(), _call("analysis", "browser.search", arguments, "json"), None))
-    for match in _BROWSER.finditer(text) if prompt.browser else ():
-        arguments = _json_at(text, match.end())
-        if arguments is not None:
-            recipient = f"browser.{match.group(1)}"
-            found.append((match.start(), _call("analysis", recipient, arguments, "json"), None))
-            break
     if match := _TOKENS.search(text):
         found.append((match.start(), _final_of_length(int(match.group(1))), None))
     if match := _FAIL.search(text):
@@ -119,6 +119,21 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
         return _final(f"You said: {text}"), None
     _, tokens, fail_after = min(found, key=lambda entry: entry[0])
     return tokens, fail_after
+
+
+def _json_call(
+    text: str,
+    directive: re.Pattern[str],
+    channel: str,
+    recipient: Callable[[re.Match[str]], str | None],
+) -> tuple[int, tuple[int, ...], None] | None:
+    """The first ``directive`` followed by a JSON object whose ``recipient`` exists, as a call."""
+    for match in directive.finditer(text):
+        arguments = _json_at(text, match.end())
+        name = recipient(match)
+        if name is not None and arguments is not None:
+            return match.start(), _call(channel, name, arguments, "json"), None
+    return None
 
 
 def _json_at(text: str, position: int) -> str | None:
