@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -16,6 +16,7 @@ _SHARED_VOCAB = pathlib.Path(__file__).resolve().parents[2] / "shared" / "harmon
 if "TIKTOKEN_ENCODINGS_BASE" not in os.environ and _SHARED_VOCAB.is_dir():
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(_SHARED_VOCAB)
 
+from tests.redis_server import RedisServer, running_redis  # noqa: E402
 from tests.support import Server, run_server  # noqa: E402
 from trio_responses import Config  # noqa: E402
 
@@ -37,3 +38,23 @@ def start_server(nursery: trio.Nursery) -> StartServer:
 @pytest.fixture
 async def server(start_server: StartServer) -> Server:
     return await start_server()
+
+
+@pytest.fixture(scope="session")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server for the whole session; tests flush it before use."""
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """The ``--store`` URL of each backend in turn (an empty one for every test)."""
+    kind: str = request.param
+    if kind == "memory":
+        return "memory://"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'responses.db'}"
+    server: RedisServer = request.getfixturevalue("redis")
+    server.flush()
+    return server.url

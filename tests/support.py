@@ -14,8 +14,13 @@ from openai import AsyncOpenAI
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from trio_responses import Config, ResponsesService, open_responses_service, serve_service
-from trio_responses.background.job import Job
+from trio_responses import (
+    Config,
+    ResponseHandle,
+    ResponsesService,
+    open_responses_service,
+    serve_service,
+)
 
 MODEL = "gpt-oss-scripted"
 
@@ -152,11 +157,11 @@ class JobSpy:
     """Records the jobs a service creates, so a test can wait on them."""
 
     def __init__(self, service: ResponsesService, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.jobs: list[Job] = []
+        self.jobs: list[ResponseHandle] = []
         self._created = trio.Event()
         original = service.create
 
-        async def create(*args: Any, **kwargs: Any) -> Job:
+        async def create(*args: Any, **kwargs: Any) -> ResponseHandle:
             job = await original(*args, **kwargs)
             self.jobs.append(job)
             self._created.set()
@@ -164,7 +169,7 @@ class JobSpy:
 
         monkeypatch.setattr(service, "create", create)
 
-    async def first(self) -> Job:
+    async def first(self) -> ResponseHandle:
         """The first job created (waits for it)."""
         await self._created.wait()
         return self.jobs[0]

@@ -26,13 +26,14 @@ async def test_create_subscribe_wait_retrieve() -> None:
 async def test_closing_the_service_ends_running_jobs() -> None:
     async with open_responses_service(Config()) as service:
         job = await service.create({"model": MODEL, "input": "tokens:1000 delay:10"})
-        subscription = await service.subscribe(job.id)
+        subscription = job.subscribe()
         assert await subscription.receive_frames()
     with trio.fail_after(5):
-        await job.ended.wait()
+        await job.wait_closed()
     assert job.status == "failed"
-    assert job.snapshot()["error"]["code"] == "server_shutdown"
-    assert job.log.closed
+    assert job.response["error"]["code"] == "server_shutdown"
+    events = [event async for event in subscription]
+    assert events[-1]["type"] == "response.failed"
 
 
 async def test_shutdown_gives_grace_then_ends_the_rest(

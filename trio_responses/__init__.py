@@ -2,9 +2,11 @@
 
 Public API (everything else is private)::
 
-    serve(config, *, task_status)        run the HTTP server in your nursery
+    serve(config, *, shutdown_trigger, task_status)
+                                         run the HTTP server in your nursery
     serve_service(service, ...)          serve an already open service over HTTP
     open_responses_service(config)       the service without HTTP
+    ResponseHandle                       what ResponsesService.create returns
     Config                               every setting, with defaults
 
 The HTTP and service parts are imported on first use: vLLM's engine processes
@@ -25,14 +27,17 @@ from ._exceptions import ResponsesError as ResponsesError
 from ._exceptions import ServerBusyError as ServerBusyError
 from ._exceptions import ServerError as ServerError
 from ._exceptions import ShuttingDownError as ShuttingDownError
+from ._exceptions import StoreError as StoreError
 
 if TYPE_CHECKING:
+    from ._runner import ResponseHandle as ResponseHandle
     from ._serve import serve as serve
     from ._serve import serve_service as serve_service
     from ._service import ResponsesService as ResponsesService
     from ._service import open_responses_service as open_responses_service
 
 _LAZY = {
+    "ResponseHandle": "._runner",
     "serve": "._serve",
     "serve_service": "._serve",
     "ResponsesService": "._service",

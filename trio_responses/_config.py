@@ -11,10 +11,38 @@ import shlex
 import sys
 from dataclasses import dataclass
 from typing import Literal, final
+from urllib.parse import urlsplit
 
 EngineName = Literal["scripted", "vllm"]
 
 SCRIPTED_MODEL_NAME = "gpt-oss-scripted"
+
+StoreKind = Literal["memory", "sqlite", "redis"]
+_STORE_SCHEMES: dict[str, StoreKind] = {
+    "memory": "memory",
+    "sqlite": "sqlite",
+    "redis": "redis",
+    "rediss": "redis",
+    "unix": "redis",
+}
+
+
+def store_kind(url: str) -> StoreKind:
+    """The state backend a ``--store`` URL names; ValueError says what is accepted."""
+    kind = _STORE_SCHEMES.get(urlsplit(url).scheme)
+    if kind is None:
+        raise ValueError(
+            f"store {url!r}: use memory://, sqlite:///PATH, redis://HOST:PORT/DB or "
+            "unix:///PATH?db=N"
+        )
+    if kind == "sqlite" and not sqlite_path(url):
+        raise ValueError(f"store {url!r}: name the database file, as sqlite:///PATH")
+    return kind
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:///PATH`` URL: ``sqlite:///rel.db`` or ``sqlite:////abs.db``."""
+    return url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
 
 
 @final
@@ -96,19 +124,28 @@ class Config:
     retained_stream_bytes: int = 512 * 1024 * 1024
     """Most bytes held by finished event logs kept for replay; the oldest go first."""
 
-    # -- jobs and store ---------------------------------------------------------
+    # -- jobs and state ---------------------------------------------------------
+    store_url: str = "memory://"
+    """Where responses, event logs and cancels live: ``memory://`` (this process),
+    ``sqlite:///PATH`` (survives restarts), ``redis://HOST:PORT/DB`` or
+    ``unix:///PATH?db=N`` (shared by several replicas)."""
+    job_lease_s: float = 10.0
+    """Redis: a replica that stops heart-beating for this long is dead; its running
+    responses end ``failed`` (``server_restarted``) on a surviving replica."""
     max_active_jobs: int = 64
     """Responses generating at once; more wait in ``queued``."""
     max_queued_jobs: int = 1_024
     """Responses waiting for a slot; beyond this, 429 ``server_busy``."""
     max_stored_responses: int = 10_000
-    """Memory store: finished responses kept (least recently used evicted first)."""
+    """Finished responses kept (memory: least recently used evicted first; SQLite: oldest
+    stored first)."""
     store_ttl_s: float = 7 * 24 * 3600.0
-    """Memory store: finished responses are dropped this long after they end."""
+    """Finished responses are dropped this long after they end."""
     shutdown_grace_s: float = 10.0
     """On shutdown, running responses get this long to finish before cancellation."""
     cleanup_timeout_s: float = 5.0
-    """Upper bound for any shielded cleanup step (abort, close, persist)."""
+    """The cleanup budget: upper bound for each shielded cleanup step (engine abort,
+    MCP session close, final store write, engine shutdown)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("scripted", "vllm"):
@@ -144,7 +181,7 @@ class Config:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        for name in ("tool_timeout_s", "python_wall_s"):
+        for name in ("tool_timeout_s", "python_wall_s", "job_lease_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for spec in self.tool_servers:
@@ -153,6 +190,7 @@ class Config:
                 raise ValueError(f"tool server {spec!r}: expected LABEL=URL or LABEL=stdio:COMMAND")
         if self.code_interpreter and any(s.startswith("python=") for s in self.tool_servers):
             raise ValueError("--code-interpreter and --tool-server python=... both define 'python'")
+        store_kind(self.store_url)
         if self.sse_keepalive_s == 0:
             raise ValueError("sse_keepalive_s must be > 0")
 

@@ -10,7 +10,8 @@ Each error carries the hints the wire format needs (status, type, code, param)::
     ├── RequestTooLargeError            413          invalid_request_error   request_too_large
     ├── ServerBusyError                 429          server_busy             server_busy
     ├── ServerError                     500          server_error            server_error
-    │   └── EngineError                 500          server_error            server_error
+    │   ├── EngineError                 500          server_error            server_error
+    │   └── StoreError                  503          server_error            store_unavailable
     └── ShuttingDownError               503          server_error            server_shutting_down
 
 Messages are written for the person reading the API response: they say what is
@@ -100,6 +101,13 @@ class ServerError(ResponsesError):
 
 class EngineError(ServerError):
     """The inference engine failed while producing a response."""
+
+
+class StoreError(ServerError):
+    """The state backend (SQLite file, Redis server) failed; the operation may be retried."""
+
+    status_hint = 503
+    default_code = "store_unavailable"
 
 
 class ShuttingDownError(ResponsesError):

@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
+import trio
+
 from ._exceptions import EngineError, InvalidRequestError
 from .background.job import Job
 from .engine.base import Engine, GenerationRequest, SamplingSettings
@@ -66,6 +68,9 @@ async def generate_response(
     max_model_len: int,
 ) -> None:
     """Produce the job's output until it reaches a terminal state."""
+    # A job cancelled while it took its slot (a cancel-shielded step) stops here,
+    # before emitting anything more.
+    await trio.lowlevel.checkpoint_if_cancelled()
     builder = job.builder
     request = job.request
     builder.mark_in_progress()

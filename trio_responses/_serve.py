@@ -3,14 +3,14 @@
 `serve` runs the whole server inside the caller's nursery::
 
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(serve, Config(port=0))
+        urls = await nursery.start(partial(serve, Config(port=0), shutdown_trigger=stop.wait))
         ...                          # talk to urls[0]
-        nursery.cancel_scope.cancel()
+        stop.set()                   # graceful: running responses get shutdown_grace_s
 
 Task tree::
 
     serve()
-    └── open_responses_service()     engine, store, job nursery
+    └── open_responses_service()     state, engine, job nursery
         └── hypercorn                listeners and connection handlers
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from functools import partial
 
 import hypercorn.trio
 import trio
@@ -53,32 +53,49 @@ async def serve_service(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``service`` over HTTP until cancelled or ``shutdown_trigger`` returns.
+    """Serve ``service`` over HTTP until cancelled or until ``shutdown_trigger`` returns.
 
     Reports the bound URLs (``http://127.0.0.1:PORT``) through ``task_status``.
+    When ``shutdown_trigger`` returns, shuts down gracefully: stop accepting
+    connections and responses, give running responses ``shutdown_grace_s`` to
+    finish, end the rest ``failed`` (``server_shutdown``), then return once
+    their streams have ended.
     """
     app = shield_final_send(create_app(service))
-    await hypercorn.trio.serve(
-        app,
-        hypercorn_config(service.config),
-        shutdown_trigger=shutdown_trigger,
-        task_status=task_status,
-    )
+    config = hypercorn_config(service.config)
+    if shutdown_trigger is None:
+        await hypercorn.trio.serve(app, config, task_status=task_status)
+        return
+    trigger = shutdown_trigger
+    stopping = trio.Event()
+
+    async def stop_when_triggered() -> None:
+        await trigger()
+        stopping.set()  # hypercorn closes its listeners and waits for open streams
+        await service.shutdown(service.config.shutdown_grace_s)
+        logger.info("all responses ended; closing connections")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_when_triggered)
+        urls = await nursery.start(
+            partial(hypercorn.trio.serve, app, config, shutdown_trigger=stopping.wait)
+        )
+        task_status.started(urls)
 
 
 async def serve(
     config: Config,
     *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-) -> NoReturn:
-    """Run the server (engine, jobs, HTTP) until cancelled.
+) -> None:
+    """Run the server (state, engine, jobs, HTTP) until cancelled or until
+    ``shutdown_trigger`` returns (then it shuts down gracefully, see `serve_service`).
 
     Use with ``nursery.start``: it returns the bound URLs once listening.
-    This function never returns unless cancelled.
     """
     async with open_responses_service(config) as service:
-        await serve_service(service, task_status=task_status)
-    raise RuntimeError("the HTTP server stopped without being cancelled")  # pragma: no cover
+        await serve_service(service, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
 
 __all__ = ["hypercorn_config", "serve", "serve_service"]

@@ -120,9 +120,22 @@ _SERVE_OPTIONS = (
         int,
     ),
     _Option(
+        "--store",
+        "store_url",
+        "where responses, event logs and cancels live: memory://, sqlite:///PATH (survives "
+        "restarts), redis://HOST:PORT/DB or unix:///PATH?db=N (several replicas)",
+    ),
+    _Option(
+        "--job-lease",
+        "job_lease_s",
+        "redis store: seconds without a heartbeat after which a replica's running "
+        "responses are failed by another replica",
+        float,
+    ),
+    _Option(
         "--max-stored-responses",
         "max_stored_responses",
-        "finished responses kept by the memory store (least recently used go first)",
+        "finished responses kept by the memory and SQLite stores (least recently used go first)",
         int,
     ),
     _Option("--store-ttl", "store_ttl_s", "seconds a finished response stays stored", float),
@@ -130,6 +143,13 @@ _SERVE_OPTIONS = (
         "--shutdown-grace",
         "shutdown_grace_s",
         "seconds running responses get to finish on SIGTERM/SIGINT",
+        float,
+    ),
+    _Option(
+        "--cleanup-timeout",
+        "cleanup_timeout_s",
+        "seconds each shielded cleanup step may take (engine abort, MCP close, store write, "
+        "engine shutdown)",
         float,
     ),
     _Option(
@@ -248,33 +268,21 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Confi
 
 
 async def run_server(config: Config) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully.
-
-    On the signal: stop accepting connections and responses, give running
-    responses ``shutdown_grace_s`` to finish, end the rest ``failed``
-    (``server_shutdown``), then stop.
-    """
+    """Serve until SIGINT or SIGTERM, then shut down gracefully (see `serve`)."""
     # Imported here, not at module level: see the package docstring.
-    from ._serve import serve_service
-    from ._service import open_responses_service
+    from ._serve import serve
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        stop = trio.Event()
 
         async def wait_for_signal() -> None:
             async for signum in signals:
                 logger.info("received %s: shutting down", signal.Signals(signum).name)
-                stop.set()
                 return
 
-        async with open_responses_service(config) as service, trio.open_nursery() as nursery:
-            nursery.start_soon(wait_for_signal)
-            urls = await nursery.start(partial(serve_service, service, shutdown_trigger=stop.wait))
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(partial(serve, config, shutdown_trigger=wait_for_signal))
             for url in urls:
                 logger.info("listening on %s", url)
-            await stop.wait()
-            await service.shutdown(config.shutdown_grace_s)
-            logger.info("all responses ended; closing connections")
 
 
 def run_tool_server(args: argparse.Namespace) -> int:
@@ -321,8 +329,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "for a gpt-oss model; no weights, no GPU)",
             config.model_name,
         )
-    trio.run(run_server, config)
-    return 0
+    from .store.base import StoreError
+
+    failed = False
+    try:
+        trio.run(run_server, config)
+    except* StoreError as group:
+        failed = True
+        for failure in group.exceptions:
+            logger.error("cannot use the store %s: %s", config.store_url, failure)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -170,7 +170,7 @@ async def test_cancel_ends_every_reader_at_once(server: Server) -> None:
     ]
     for reader in readers:
         await reader.read_events(5)
-    job = server.service.get_job(response_id)
+    job = server.service.running(response_id)
     assert job is not None
 
     cancelled = await server.client.responses.cancel(response_id)
@@ -182,7 +182,7 @@ async def test_cancel_ends_every_reader_at_once(server: Server) -> None:
             terminal = events[-2].json()
             assert terminal["type"] == "response.failed"
             assert terminal["response"]["status"] == "cancelled"
-        await job.ended.wait()
+        await job.wait_closed()
     assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
     assert server.service.statistics().subscribers == 0
 
@@ -236,7 +236,7 @@ async def test_admission_limits_and_queue(start_server: StartServer) -> None:
     assert server.service.statistics().queued_jobs == 2
 
     await server.client.responses.cancel(ids[0])
-    job = server.service.get_job(ids[2])
+    job = server.service.running(ids[2])
     assert job is not None
     with trio.fail_after(2), await server.service.subscribe(ids[2]) as subscription:
         async for event in subscription:

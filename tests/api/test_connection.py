@@ -59,12 +59,12 @@ async def test_client_disconnect_mid_stream_cancels_the_job(server: Server) -> N
     body = bytes(buffer).split(b"\r\n\r\n", 1)[1]
     first = next(e for e in parse_sse(body) if e.event == "response.created")
     response_id = first.json()["response"]["id"]
-    job = server.service.get_job(response_id)
-    assert job is not None and not job.builder.finished
+    job = server.service.running(response_id)
+    assert job is not None and job.status == "in_progress"
 
     await stream.aclose()
     with trio.fail_after(2):
-        await job.ended.wait()
+        await job.wait_closed()
     assert job.status == "cancelled"
     _assert_nothing_left(server)
     stored = await server.client.responses.retrieve(response_id)
@@ -81,7 +81,7 @@ async def test_client_disconnect_while_waiting_for_json_cancels_the_job(
         job = await spy.first()
     await stream.aclose()
     with trio.fail_after(2):
-        await job.ended.wait()
+        await job.wait_closed()
     assert job.status == "cancelled"
     _assert_nothing_left(server)
 

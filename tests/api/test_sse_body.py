@@ -9,7 +9,7 @@ from tests.conftest import StartServer
 from tests.support import MODEL
 from trio_responses.api.sse import SSEBody
 from trio_responses.background.event_log import EventLog
-from trio_responses.background.subscription import Subscription
+from trio_responses.background.subscription import LogSubscription
 from trio_responses.protocol.sse import DONE, KEEPALIVE, encode_event
 
 
@@ -19,7 +19,7 @@ def _frame(n: int) -> bytes:
 
 async def test_everything_queued_goes_out_in_one_write() -> None:
     log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(Subscription(log, -1), keepalive_s=10)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=10)
     for n in range(30):
         log.append(_frame(n))
     assert await body.__anext__() == b"".join(_frame(n) for n in range(30))
@@ -32,7 +32,7 @@ async def test_idle_stream_gets_keepalive_comments(
 ) -> None:
     log = EventLog(max_events=100, max_bytes=1 << 20)
     closed: list[bool] = []
-    body = SSEBody(Subscription(log, -1), keepalive_s=15, on_close=lambda: closed.append(True))
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=15, on_close=lambda: closed.append(True))
     start = trio.current_time()
     assert await body.__anext__() == KEEPALIVE
     assert trio.current_time() - start == 15

@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from trio_responses.background.event_log import EventLog, SubscriberLagged
-from trio_responses.background.subscription import Subscription
+from trio_responses.background.subscription import LogSubscription
 from trio_responses.protocol.sse import encode_event
 
 
@@ -62,7 +62,7 @@ async def test_subscribers_replay_then_follow_live() -> None:
     received: list[list[bytes]] = [[], []]
 
     async def follow(index: int, starting_after: int) -> None:
-        subscription = Subscription(log, starting_after)
+        subscription = LogSubscription(log, starting_after)
         while frames := await subscription.receive_frames():
             received[index].extend(frames)
 
@@ -81,7 +81,7 @@ async def test_subscribers_replay_then_follow_live() -> None:
 
 async def test_one_wake_up_takes_everything_appended() -> None:
     log = EventLog(max_events=100, max_bytes=1 << 20)
-    subscription = Subscription(log, -1)
+    subscription = LogSubscription(log, -1)
     batches: list[int] = []
 
     async def follow() -> None:
@@ -102,7 +102,7 @@ async def test_subscription_iterates_decoded_events() -> None:
     for n in range(3):
         log.append(_frame(n))
     log.close()
-    events = [event async for event in Subscription(log, 0)]
+    events = [event async for event in LogSubscription(log, 0)]
     assert [e["sequence_number"] for e in events] == [1, 2]
 
 

@@ -21,7 +21,7 @@ async def test_ten_thousand_background_responses_stay_bounded() -> None:
         max_queued_jobs=RESPONSES,
     )
     async with open_responses_service(config) as service:
-        store = service.store
+        store = service.state.store
         assert isinstance(store, MemoryStore)
         peak_stored = peak_streams = peak_bytes = 0
         ids: list[str] = []
@@ -32,7 +32,7 @@ async def test_ten_thousand_background_responses_stay_bounded() -> None:
             ]
             ids.extend(job.id for job in jobs)
             for job in jobs:
-                await job.ended.wait()
+                await job.wait_closed()
             stats = service.statistics()
             peak_stored = max(peak_stored, len(store))
             peak_streams = max(peak_streams, stats.retained_streams)
@@ -44,7 +44,7 @@ async def test_ten_thousand_background_responses_stay_bounded() -> None:
         assert stats.running_jobs == 0 and stats.job_tasks == 0
         # The newest are all there; the oldest were evicted, log and record.
         assert (await service.retrieve(ids[-1]))["status"] == "completed"
-        assert service.get_job(ids[0]) is None and await store.get(ids[0]) is None
+        assert service.running(ids[0]) is None and await store.get(ids[0], owner=None) is None
 
 
 async def test_expired_stream_is_a_400_and_the_record_stays(

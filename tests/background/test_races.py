@@ -40,7 +40,7 @@ async def _race(service: ResponsesService, rng: random.Random, outcomes: list[st
         for _ in range(rng.randint(1, 3)):
             nursery.start_soon(read)
         nursery.start_soon(cancel)
-    await job.ended.wait()
+    await job.wait_closed()
     stored = await service.retrieve(job.id)
     assert stored["status"] in ("completed", "cancelled")
     assert set(seen) == {stored["status"]}, (seen, stored["status"])

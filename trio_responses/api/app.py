@@ -155,6 +155,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
                     "statistics": service.engine.statistics(),
                 },
                 "tool_servers": service.pool.health(),
+                "store": {"kind": service.state.kind, "replica": service.state.control.replica},
                 "jobs": {
                     "running": stats.running_jobs,
                     "active": stats.active_jobs,
@@ -190,33 +191,30 @@ def create_app(service: ResponsesService) -> QuartTrio:
     @app.post("/v1/responses")
     async def create_response() -> Response:
         body = await _read_json()
-        job = await service.create(body, owner=g.owner)
-        if job.request.stream:
-
-            def disconnect() -> None:
-                # A foreground stream belongs to its client; background jobs go on.
-                if not job.background:
-                    job.cancel()
-
-            subscription = await service.subscribe(job.id, owner=g.owner)
-            return _sse(
-                SSEBody(subscription, keepalive_s=config.sse_keepalive_s, on_close=disconnect)
-            )
-        if job.background:
-            return json_response(job.snapshot())
+        handle = await service.create(body, owner=g.owner)
         try:
-            await job.done.wait()
-        finally:
-            if not job.done.is_set():  # the client went away: stop generating
-                job.cancel()
-        return json_response(job.snapshot())
+            if handle.stream:
+                # A foreground stream belongs to its client; background jobs go on.
+                return _sse(
+                    SSEBody(
+                        handle.subscribe(),
+                        keepalive_s=config.sse_keepalive_s,
+                        on_close=handle.abandon,
+                    )
+                )
+            if handle.background:
+                return json_response(handle.response)
+            return json_response(await handle.wait())
+        except BaseException:
+            handle.abandon()  # the client went away: stop generating
+            raise
 
     @app.get("/v1/responses/<response_id>")
     async def retrieve_response(response_id: str) -> Response:
         if _flag(request.args.get("stream"), "stream"):
             starting_after = _starting_after()
-            subscription = await service.subscribe_background(
-                response_id, starting_after=starting_after, owner=g.owner
+            subscription = await service.subscribe(
+                response_id, starting_after=starting_after, owner=g.owner, background_only=True
             )
             return _sse(SSEBody(subscription, keepalive_s=config.sse_keepalive_s))
         return json_response(await service.retrieve(response_id, owner=g.owner))

@@ -27,7 +27,8 @@ from .event_log import EventLog
 class Job:
     """State of one response while it runs (and shortly after, for replay).
 
-    Not constructed directly: `ResponsesService.create` makes jobs.
+    Not constructed directly: the job runner makes jobs; callers outside the
+    service get a `ResponseHandle`.
     """
 
     def __init__(
@@ -38,7 +39,6 @@ class Job:
         model: str,
         prompt_tokens: Sequence[int],
         input_items: list[dict[str, Any]],
-        context: list[dict[str, Any]],
         owner: str | None,
         created_at: float,
         echo: dict[str, Any],
@@ -49,7 +49,6 @@ class Job:
         self.owner = owner
         self.prompt_tokens = list(prompt_tokens)
         self.input_items = input_items
-        self.context = context
         self.log = log
         self.builder = ResponseBuilder(
             response_id=response_id,
@@ -61,7 +60,7 @@ class Job:
         )
         self.cancel_scope = trio.CancelScope()
         self.done = trio.Event()
-        """Set once the final state is persisted: what a client waiting for it needs."""
+        """Set once the final state is recorded: what a client waiting for it needs."""
         self.ended = trio.Event()
         """Set once the job's task is gone (tool sessions closed, nothing left running)."""
 

@@ -1,26 +1,27 @@
 """Keeps the event logs of finished background responses for replay, within limits.
 
-A finished background job stays here until ``retention_s`` after it finished,
-or until it is the oldest and keeping it would exceed ``max_streams`` logs or
-``max_bytes`` bytes of frames in total. Whatever is dropped can no longer be
-streamed again (``GET ?stream=true`` answers 400); the response itself is in
-the store.
+Only what a reader needs is kept: the ring of encoded frames and the key that
+owns it (never the job, its prompt or its request). A finished log stays here
+until ``retention_s`` after it finished, or until it is the oldest and keeping
+it would exceed ``max_streams`` logs or ``max_bytes`` bytes of frames in total.
+Whatever is dropped can no longer be streamed again (``GET ?stream=true``
+answers 400); the response itself is in the store.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import final
 
 import trio
 
-from .job import Job
+from .event_log import EventLog
 
 
 @final
 class StreamRetention:
-    """Finished background jobs by id, oldest first. Not thread-safe; never blocks."""
+    """Finished background logs by response id, oldest first. Not thread-safe; never blocks."""
 
     def __init__(
         self,
@@ -34,52 +35,56 @@ class StreamRetention:
         self._max_bytes = max_bytes
         self._retention_s = retention_s
         self._clock = clock
-        self._jobs: OrderedDict[str, tuple[float, Job]] = OrderedDict()
+        self._logs: OrderedDict[str, tuple[float, EventLog, str | None]] = OrderedDict()
         self._bytes = 0
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._logs)
 
-    def __iter__(self) -> Iterator[Job]:
-        return (job for _, job in self._jobs.values())
+    @property
+    def subscribers(self) -> int:
+        """Open subscriptions on the retained logs."""
+        return sum(log.subscribers for _, log, _ in self._logs.values())
 
     @property
     def retained_bytes(self) -> int:
         """Bytes of frames held by the retained logs."""
         return self._bytes
 
-    def add(self, job: Job) -> None:
-        """Keep ``job``'s log; may drop the oldest ones to stay within limits."""
+    def add(self, response_id: str, log: EventLog, owner: str | None) -> None:
+        """Keep ``log``; may drop the oldest ones to stay within limits."""
         if self._retention_s <= 0:
             return
-        self.discard(job.id)
-        self._jobs[job.id] = (self._clock() + self._retention_s, job)
-        self._bytes += job.log.retained_bytes
-        while len(self._jobs) > self._max_streams or (
-            self._bytes > self._max_bytes and len(self._jobs) > 1
+        self.discard(response_id)
+        self._logs[response_id] = (self._clock() + self._retention_s, log, owner)
+        self._bytes += log.retained_bytes
+        while len(self._logs) > self._max_streams or (
+            self._bytes > self._max_bytes and len(self._logs) > 1
         ):
             self._pop_oldest()
 
-    def get(self, response_id: str) -> Job | None:
-        entry = self._jobs.get(response_id)
+    def get(self, response_id: str, owner: str | None) -> EventLog | None:
+        """The retained log of ``response_id`` if ``owner`` owns it."""
+        entry = self._logs.get(response_id)
         if entry is None:
             return None
-        if entry[0] <= self._clock():
+        expires_at, log, log_owner = entry
+        if expires_at <= self._clock():
             self.discard(response_id)
             return None
-        return entry[1]
+        return log if log_owner == owner else None
 
     def discard(self, response_id: str) -> None:
-        entry = self._jobs.pop(response_id, None)
+        entry = self._logs.pop(response_id, None)
         if entry is not None:
-            self._bytes -= entry[1].log.retained_bytes
+            self._bytes -= entry[1].retained_bytes
 
     def expire(self) -> int:
         """Drop every log past its retention; returns how many."""
         now = self._clock()
         expired = 0
-        while self._jobs:
-            expires_at, _ = next(iter(self._jobs.values()))
+        while self._logs:
+            expires_at, _, _ = next(iter(self._logs.values()))
             if expires_at > now:
                 break
             self._pop_oldest()
@@ -87,5 +92,5 @@ class StreamRetention:
         return expired
 
     def _pop_oldest(self) -> None:
-        _, (_, job) = self._jobs.popitem(last=False)
-        self._bytes -= job.log.retained_bytes
+        _, (_, log, _) = self._logs.popitem(last=False)
+        self._bytes -= log.retained_bytes

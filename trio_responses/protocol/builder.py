@@ -575,3 +575,21 @@ class ResponseBuilder:
         event["sequence_number"] = self._sequence
         self._sequence += 1
         self._emit(encode_event(event))
+
+
+def terminal_frame(response: dict[str, Any], sequence_number: int) -> bytes:
+    """The terminal event of a finished Response object, as frame ``sequence_number``.
+
+    For logs whose producer is gone: recovery ends them with the stored response's
+    final state (``failed``, ``server_restarted``).
+    """
+    status: Status = response["status"]
+    if status not in TERMINAL:
+        raise ValueError(f"a {status!r} response has no terminal event")
+    return encode_event(
+        {
+            "type": TERMINAL_EVENT[status],
+            "response": response,
+            "sequence_number": sequence_number,
+        }
+    )

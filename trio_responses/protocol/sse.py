@@ -31,6 +31,18 @@ def encode_event(event: dict[str, Any]) -> bytes:
     )
 
 
+_TERMINAL_PREFIXES = (
+    b"event: response.completed\n",
+    b"event: response.incomplete\n",
+    b"event: response.failed\n",
+)
+
+
+def is_terminal_frame(frame: bytes) -> bool:
+    """True for the frame of a response's terminal event (the last of its log)."""
+    return frame.startswith(_TERMINAL_PREFIXES)
+
+
 def decode_event(frame: bytes) -> dict[str, Any]:
     """The JSON object of one frame produced by `encode_event`."""
     start = frame.index(b"\ndata: ") + 7

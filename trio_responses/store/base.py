@@ -1,26 +1,74 @@
-"""The `ResponseStore` protocol: where finished (and, for durable stores, running) responses live.
+"""The state layer's seams: response records, event logs, control.
 
-A record holds what retrieve, ``input_items`` and ``previous_response_id``
-need: the Response object, this request's input items, the context that came
-before them, and the key that owns it.
+Three small protocols, each implemented once per backend (``memory://``,
+``sqlite:///PATH``, ``redis://…``) and opened together by `open_state`
+(``store/open.py``) as one `State`:
+
+- `ResponseStore`: response records (the Response object, this request's input
+  items, the owner, the replica running it). Records reference their predecessor
+  (``previous_response_id``) instead of copying the conversation.
+- `EventLogStore`: event logs of background responses beyond the process that
+  produces them: replay after the job ended, and (shared backends) live
+  following from another replica.
+- `Control`: what reaches a job wherever it runs: cancel messages, and the
+  heartbeat that tells other replicas this one is alive.
+
+A running job always writes its events to its own in-process `EventLog` ring;
+readers in the same process follow that ring. The job's task is the only
+writer of its record and its stored log (SPEC §12).
+
+Every method may raise `StoreError` when the backend fails (a lost connection,
+a full disk); callers retry boundedly and never let it escape into a job nursery.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn, Protocol
+
+import trio
+
+from .._exceptions import StoreError
+from ..background.event_log import EventLog
+from ..background.subscription import Subscription
+
+RUNNING_STATUSES = frozenset({"queued", "in_progress"})
+
+__all__ = [
+    "RESTARTED_ERROR",
+    "RUNNING_STATUSES",
+    "CancelHandler",
+    "Control",
+    "EventLogStore",
+    "LogStatistics",
+    "ResponseStore",
+    "State",
+    "StoreError",
+    "StoredResponse",
+    "with_retries",
+]
+
+RESTARTED_ERROR = {
+    "code": "server_restarted",
+    "message": "The server running this response stopped before it finished.",
+}
 
 
-@dataclass
+@dataclass(frozen=True)
 class StoredResponse:
+    """One response as stored: what retrieve, ``input_items`` and follow-ups need."""
+
     response: dict[str, Any]
     """The Response object (terminal once the job has finished)."""
     input_items: list[dict[str, Any]]
     """This request's input items, each with an ``id``."""
-    context: list[dict[str, Any]]
-    """Items before this request's input (from ``previous_response_id``)."""
     owner: str | None
     """Digest of the API key that created it (None without auth)."""
+    replica: str | None = None
+    """The replica whose job writes this record while it runs (see `Control.replica`)."""
+    updated_at: float = field(default=0.0, compare=False)
+    """Wall-clock time of the last write (set by the backend)."""
 
     @property
     def id(self) -> str:
@@ -32,24 +80,199 @@ class StoredResponse:
         status: str = self.response["status"]
         return status
 
-    def conversation(self) -> list[dict[str, Any]]:
-        """Context for a follow-up: everything before, this input, this output."""
-        return [*self.context, *self.input_items, *self.response["output"]]
+    @property
+    def running(self) -> bool:
+        return self.status in RUNNING_STATUSES
+
+    @property
+    def background(self) -> bool:
+        return bool(self.response.get("background"))
+
+    @property
+    def previous_response_id(self) -> str | None:
+        previous: str | None = self.response.get("previous_response_id")
+        return previous
+
+    def interrupted(self) -> StoredResponse:
+        """This record as a response whose process died: ``failed``, ``server_restarted``."""
+        response = {**self.response, "status": "failed", "error": dict(RESTARTED_ERROR)}
+        if response.get("usage") is None:
+            response["usage"] = {
+                "input_tokens": 0,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 0,
+            }
+        return replace(self, response=response, replica=None)
 
 
 class ResponseStore(Protocol):
+    """Response records by id, scoped to their owner."""
+
     async def put(self, record: StoredResponse) -> None:
-        """Insert or replace the record with ``record.id``."""
+        """Insert or replace the record with ``record.id``.
+
+        A record whose status is running (``queued``/``in_progress``) is never
+        evicted or expired; a finished one lives ``store_ttl_s`` and may be
+        evicted earlier to stay within the store's size limits.
+        """
         ...
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        """The record, or None if unknown, deleted or expired."""
+    async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
+        """The record, or None if unknown, deleted, expired or owned by someone else."""
         ...
 
-    async def delete(self, response_id: str) -> bool:
-        """Remove a record; False if there was none."""
+    async def delete(self, response_id: str, *, owner: str | None) -> bool:
+        """Remove a record; False if there was none (for this owner)."""
         ...
 
-    async def aclose(self) -> None:
-        """Release connections and files."""
+    async def expire(self) -> int:
+        """Drop finished records past their time to live; returns how many."""
         ...
+
+    async def recover_interrupted(self) -> list[StoredResponse]:
+        """Mark failed (``server_restarted``) every record left running by a process
+        that is gone, and return those records as they are now stored.
+
+        SQLite: records of any other process (one process owns the file).
+        Redis: records whose replica's lease expired; each is claimed once,
+        atomically, by the first replica to notice. Memory: none.
+        """
+        ...
+
+
+class EventLogStore(Protocol):
+    """Event logs of background responses, for readers the producing job does not serve.
+
+    Frames are SSE frames as `ResponseBuilder` encodes them, numbered from 0;
+    a complete log ends with the terminal event.
+    """
+
+    live: bool
+    """True: frames are written while the job runs (`append`), so the log survives
+    the process and other replicas can follow it. False: the backend keeps the
+    finished in-process ring (`finish`) and nothing else."""
+
+    async def append(
+        self, response_id: str, frames: Sequence[bytes], *, first: int, owner: str | None
+    ) -> None:
+        """Write frames ``first … first + len(frames) - 1`` (in order, no gaps).
+
+        Only called when `live`. The backend keeps at most the newest
+        ``replay_events`` events (approximately) of each log.
+        """
+        ...
+
+    async def finish(self, response_id: str, log: EventLog, *, owner: str | None) -> None:
+        """The log is complete (its last frame, already appended, is the terminal event).
+
+        Keep it for ``stream_retention_s``, within the retention's count and byte
+        limits (oldest dropped first).
+        """
+        ...
+
+    async def open(
+        self, response_id: str, *, owner: str | None, starting_after: int
+    ) -> Subscription | None:
+        """A reader of the stored log after ``starting_after``, or None when this
+        backend holds no log of ``response_id`` for ``owner``.
+
+        Raises:
+            SubscriberLagged: event ``starting_after + 1`` is no longer retained.
+        """
+        ...
+
+    async def terminate(self, record: StoredResponse) -> None:
+        """Append ``record``'s terminal event to its log, if there is a log that
+        does not end with one yet (recovery of an interrupted response)."""
+        ...
+
+    async def delete(self, response_id: str) -> None:
+        """Forget the log (the response was deleted)."""
+        ...
+
+    async def expire(self) -> int:
+        """Drop logs past their retention; returns how many."""
+        ...
+
+    def statistics(self) -> LogStatistics:
+        """What this process knows it retains (cheap; no I/O)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LogStatistics:
+    retained_streams: int
+    """Finished logs kept for replay."""
+    retained_bytes: int
+    """Bytes of frames they hold."""
+    subscribers: int = 0
+    """Open subscriptions this backend serves in this process."""
+
+
+CancelHandler = Callable[[str], None]
+"""Called (synchronously) with the id of a response to cancel, when it runs here."""
+
+
+class Control(Protocol):
+    """Reaching jobs wherever they run."""
+
+    replica: str
+    """This process's replica id (unique per process start)."""
+
+    async def run(
+        self,
+        on_cancel: CancelHandler,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Heartbeat this replica and deliver cancel requests addressed to it.
+
+        This function never returns unless cancelled.
+        """
+        ...
+
+    async def request_cancel(self, record: StoredResponse) -> bool:
+        """Ask the replica running ``record`` to cancel it; False when no live
+        replica runs it (the caller may then end it itself)."""
+        ...
+
+
+@dataclass(frozen=True)
+class State:
+    """The three seams of one backend, opened together by `open_state`."""
+
+    kind: str
+    """``memory``, ``sqlite`` or ``redis``."""
+    store: ResponseStore
+    logs: EventLogStore
+    control: Control
+
+    @property
+    def durable(self) -> bool:
+        """Records and logs outlive this process (and, for Redis, are shared)."""
+        return self.logs.live
+
+
+async def with_retries(
+    operation: Callable[[], Awaitable[None]],
+    *,
+    attempts: int = 4,
+    first_delay_s: float = 0.05,
+) -> None:
+    """Run ``operation``, retrying `StoreError` with exponential backoff.
+
+    Raises the last `StoreError` once ``attempts`` are used up. Cancellation
+    propagates at once.
+    """
+    delay = first_delay_s
+    for attempt in range(attempts):
+        try:
+            await operation()
+            return
+        except StoreError:
+            if attempt == attempts - 1:
+                raise
+        await trio.sleep(delay)
+        delay *= 4

@@ -1,22 +1,30 @@
-"""``memory://``: a bounded in-process store (LRU over finished responses, with TTL).
+"""``memory://``: the state layer inside this process (the default).
 
-Running responses (status ``queued``/``in_progress``) are never evicted; they
-do not count towards ``max_responses``. Finished ones are evicted least recently
-used first, and dropped ``ttl_s`` after they were stored.
+- `MemoryStore`: records in a dict, LRU over finished ones, bounded by count,
+  with a time to live. Running records are never evicted.
+- `MemoryEventLogs`: keeps the finished in-process rings of background
+  responses (`StreamRetention`), nothing else: a job's readers follow its ring.
+- `LocalControl`: every job runs here, so there is nothing to reach.
+
+Nothing survives the process; one process only.
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import final
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import NoReturn, final
 
 import trio
 
-from .base import StoredResponse
-
-_RUNNING = ("queued", "in_progress")
+from .._config import Config
+from ..background.event_log import EventLog, SubscriberLagged
+from ..background.retention import StreamRetention
+from ..background.subscription import LogSubscription, Subscription
+from .base import CancelHandler, LogStatistics, State, StoredResponse
 
 
 @final
@@ -46,40 +54,137 @@ class MemoryStore:
         key = record.id
         self._running.pop(key, None)
         self._finished.pop(key, None)
-        if record.status in _RUNNING:
+        if record.running:
             self._running[key] = record
             return
         self._finished[key] = (self._clock() + self._ttl, record)
         while len(self._finished) > self._max:
             self._finished.popitem(last=False)
 
-    async def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
         await trio.lowlevel.checkpoint()
-        running = self._running.get(response_id)
-        if running is not None:
-            return running
-        entry = self._finished.get(response_id)
-        if entry is None:
-            return None
-        expires_at, record = entry
-        if expires_at <= self._clock():
-            del self._finished[response_id]
-            return None
-        self._finished.move_to_end(response_id)
-        return record
+        record = self._running.get(response_id)
+        if record is None:
+            entry = self._finished.get(response_id)
+            if entry is None:
+                return None
+            expires_at, record = entry
+            if expires_at <= self._clock():
+                del self._finished[response_id]
+                return None
+            self._finished.move_to_end(response_id)
+        return record if record.owner == owner else None
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, *, owner: str | None) -> bool:
         await trio.lowlevel.checkpoint()
-        found = self._running.pop(response_id, None) is not None
-        return self._finished.pop(response_id, None) is not None or found
+        record = self._running.get(response_id)
+        if record is None:
+            entry = self._finished.get(response_id)
+            record = entry[1] if entry is not None else None
+        if record is None or record.owner != owner:
+            return False
+        self._running.pop(response_id, None)
+        self._finished.pop(response_id, None)
+        return True
 
-    def expire(self) -> int:
-        """Drop every expired record now; returns how many."""
+    async def expire(self) -> int:
+        await trio.lowlevel.checkpoint()
         now = self._clock()
         expired = [key for key, (expires_at, _) in self._finished.items() if expires_at <= now]
         for key in expired:
             del self._finished[key]
         return len(expired)
 
-    async def aclose(self) -> None:
+    async def recover_interrupted(self) -> list[StoredResponse]:
         await trio.lowlevel.checkpoint()
+        return []  # nothing outlives the process that ran it
+
+
+@final
+class MemoryEventLogs:
+    """Implements `EventLogStore` by keeping finished in-process rings."""
+
+    live = False
+
+    def __init__(self, retention: StreamRetention) -> None:
+        self._retention = retention
+
+    async def append(
+        self, response_id: str, frames: Sequence[bytes], *, first: int, owner: str | None
+    ) -> None:
+        raise NotImplementedError("the memory backend keeps finished rings only")
+
+    async def finish(self, response_id: str, log: EventLog, *, owner: str | None) -> None:
+        await trio.lowlevel.checkpoint()
+        self._retention.add(response_id, log, owner)
+
+    async def open(
+        self, response_id: str, *, owner: str | None, starting_after: int
+    ) -> Subscription | None:
+        await trio.lowlevel.checkpoint()
+        log = self._retention.get(response_id, owner)
+        if log is None:
+            return None
+        if starting_after + 1 < log.oldest_sequence_number:
+            raise SubscriberLagged(starting_after + 1, log.oldest_sequence_number)
+        return LogSubscription(log, starting_after)
+
+    async def terminate(self, record: StoredResponse) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def delete(self, response_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+        self._retention.discard(response_id)
+
+    async def expire(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return self._retention.expire()
+
+    def statistics(self) -> LogStatistics:
+        retention = self._retention
+        return LogStatistics(len(retention), retention.retained_bytes, retention.subscribers)
+
+
+@final
+class LocalControl:
+    """Implements `Control` for backends used by one process: jobs run here or nowhere."""
+
+    def __init__(self) -> None:
+        self.replica = uuid.uuid4().hex
+
+    async def run(
+        self,
+        on_cancel: CancelHandler,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def request_cancel(self, record: StoredResponse) -> bool:
+        await trio.lowlevel.checkpoint()
+        return False  # not running here, so running nowhere
+
+
+def stream_retention(
+    config: Config, clock: Callable[[], float] = trio.current_time
+) -> StreamRetention:
+    """The retention of finished in-process rings, as ``config`` bounds it."""
+    return StreamRetention(
+        max_streams=config.max_retained_streams,
+        max_bytes=config.retained_stream_bytes,
+        retention_s=config.stream_retention_s,
+        clock=clock,
+    )
+
+
+@asynccontextmanager
+async def open_memory_state(config: Config) -> AsyncIterator[State]:
+    """The ``memory://`` backend."""
+    await trio.lowlevel.checkpoint()
+    yield State(
+        kind="memory",
+        store=MemoryStore(max_responses=config.max_stored_responses, ttl_s=config.store_ttl_s),
+        logs=MemoryEventLogs(stream_retention(config)),
+        control=LocalControl(),
+    )

@@ -1,0 +1,190 @@
+"""Preparing a create request: validation, the prompt plan, the prompt (no I/O).
+
+`prepare` turns a parsed request and the conversation before it into a
+`PreparedRequest`: everything a job needs to start, decided before any job
+exists. It is pure and synchronous: it reads the config and the tool pool's
+labels, never a store or the network; loading the previous conversation is the
+service's business.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from ._config import Config
+from ._exceptions import InvalidRequestError, ModelNotFoundError
+from ._generation import PromptPlan
+from .harmony.prompt import PromptTools, ToolNamespace, render_request_prompt, tool_description
+from .protocol.ids import IdPrefix, new_id
+from .protocol.request import (
+    CodeInterpreterTool,
+    CreateRequest,
+    InputItem,
+    McpApprovalRequestItem,
+    McpApprovalResponseItem,
+    McpListToolsItem,
+    MessageItem,
+    WebSearchTool,
+    parse_input_item,
+)
+from .tools.pool import ToolServerPool
+from .tools.toolbox import McpServerUse, check_request_tools
+
+_ITEM_ID_PREFIX: dict[str, IdPrefix] = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+    "mcp_approval_response": "mcpr",
+}
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A validated request, ready to become a job."""
+
+    request: CreateRequest
+    input_items: list[dict[str, Any]]
+    """This request's input items as stored and listed (each with an ``id``)."""
+    plan: PromptPlan
+    prompt_tokens: list[int]
+
+
+def check_request(request: CreateRequest, config: Config, pool: ToolServerPool) -> None:
+    """What can be checked before loading anything: model, tool count, tool servers.
+
+    Raises:
+        ModelNotFoundError, InvalidRequestError: with ``param`` naming the field.
+    """
+    if request.model not in config.model_names:
+        served = ", ".join(repr(name) for name in config.model_names)
+        raise ModelNotFoundError(
+            f"The model {request.model!r} does not exist on this server. Served models: {served}.",
+            param="model",
+        )
+    if len(request.tools) > config.max_tools:
+        raise InvalidRequestError(
+            f"Too many tools: {len(request.tools)}; this server accepts at most "
+            f"{config.max_tools}.",
+            param="tools",
+        )
+    check_request_tools(request, pool, config.mcp_allow_hosts)
+
+
+def prepare(
+    request: CreateRequest,
+    context: list[dict[str, Any]],
+    *,
+    config: Config,
+    date: str | None = None,
+) -> PreparedRequest:
+    """Plan and render the prompt of ``request`` after ``context`` (earlier turns).
+
+    Call `check_request` first.
+
+    Raises:
+        InvalidRequestError: too many items, an approval that answers nothing,
+            a conversation that cannot fit the context window.
+    """
+    input_items = [stored_item(item) for item in request.input_items]
+    if len(context) + len(input_items) > config.max_input_items:
+        raise InvalidRequestError(
+            f"Too many input items: {len(context) + len(input_items)} (including the "
+            f"previous response's); this server accepts at most {config.max_input_items}.",
+            param="input",
+        )
+    plan = _plan(
+        request,
+        [parse_input_item(item) for item in (*context, *input_items)],
+        date or datetime.datetime.now(datetime.UTC).date().isoformat(),
+    )
+    prompt = render_request_prompt(
+        request,
+        plan.items,
+        date=plan.date,
+        max_model_len=config.max_model_len,
+        tools=plan.tools,
+    )
+    return PreparedRequest(
+        request=request, input_items=input_items, plan=plan, prompt_tokens=list(prompt)
+    )
+
+
+def _plan(request: CreateRequest, items: list[InputItem], date: str) -> PromptPlan:
+    """What the prompt needs: known tool namespaces, listings and approvals to do."""
+    hidden = request.tool_choice == "none"
+    listed = {
+        item.server_label: item.tools
+        for item in items
+        if isinstance(item, McpListToolsItem) and item.error is None
+    }
+    namespaces: list[ToolNamespace] = []
+    to_list: list[str] = []
+    for tool in [] if hidden else request.mcp_tools:
+        use = McpServerUse.of(tool)
+        if use.label not in listed:
+            to_list.append(use.label)
+            continue
+        namespaces.append(
+            ToolNamespace(
+                use.label,
+                use.description,
+                [
+                    tool_description(
+                        str(t.get("name")), t.get("description"), t.get("input_schema")
+                    )
+                    for t in listed[use.label]
+                    if use.allows(str(t.get("name")))
+                ],
+            )
+        )
+    requests = {item.id: item for item in items if isinstance(item, McpApprovalRequestItem)}
+    labels = {tool.server_label for tool in request.mcp_tools}
+    approvals = []
+    for index, item in enumerate(request.input_items):
+        if not isinstance(item, McpApprovalResponseItem):
+            continue
+        approval_request = requests.get(item.approval_request_id)
+        if approval_request is None:
+            raise InvalidRequestError(
+                f"No mcp_approval_request with id {item.approval_request_id!r} in this "
+                "conversation; answer a request from the previous response.",
+                param=f"input[{index}].approval_request_id",
+            )
+        if approval_request.server_label not in labels:
+            raise InvalidRequestError(
+                f"The approved call is for MCP server {approval_request.server_label!r}; "
+                "declare that server in 'tools' again.",
+                param="tools",
+            )
+        approvals.append((item, approval_request))
+    return PromptPlan(
+        items=items,
+        date=date,
+        tools=PromptTools(
+            python=not hidden and any(isinstance(t, CodeInterpreterTool) for t in request.tools),
+            browser=not hidden and any(isinstance(t, WebSearchTool) for t in request.tools),
+            namespaces=tuple(namespaces),
+        ),
+        to_list=tuple(to_list),
+        approvals=tuple(approvals),
+    )
+
+
+def stored_item(item: InputItem) -> dict[str, Any]:
+    """An input item as stored and listed: typed, with an id, content as parts."""
+    stored: dict[str, Any] = item.model_dump(exclude_none=True, by_alias=True)
+    if isinstance(item, MessageItem):
+        stored["type"] = "message"
+        part_type = "output_text" if item.role == "assistant" else "input_text"
+        if isinstance(item.content, str):
+            part: dict[str, Any] = {"type": part_type, "text": item.content}
+            if part_type == "output_text":
+                part["annotations"] = []
+            stored["content"] = [part]
+    stored.setdefault("status", "completed")
+    if "id" not in stored:
+        stored["id"] = new_id(_ITEM_ID_PREFIX.get(stored["type"], "msg"))
+    return stored

@@ -1,0 +1,272 @@
+"""Running jobs: admission, generation slots, the registry, recording, shutdown.
+
+`JobRunner.start` starts one job with ``nursery.start``: the job's task
+registers the job, records it (``queued``), emits ``response.created`` and only
+then reports started. A create that fails or is cancelled before that point
+leaves nothing behind: no registered job, no record, no task.
+
+Task tree (SPEC §2)::
+
+    job nursery                     owned by open_responses_service
+    └── _run (one per response)     record -> created -> slot -> generate -> record
+        └── sessions nursery        recorder.follow, MCP session owners, tool calls
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, final
+
+import trio
+
+from ._config import Config
+from ._exceptions import ServerBusyError, ShuttingDownError
+from ._generation import PromptPlan, generate_response
+from ._prepare import PreparedRequest
+from .background.event_log import EventLog
+from .background.job import Job
+from .background.recorder import Recorder
+from .background.subscription import LogSubscription, Subscription
+from .engine import Engine
+from .protocol.builder import request_echo
+from .protocol.ids import new_id
+from .protocol.lifecycle import Status
+from .store.base import State
+from .tools.pool import ToolServerPool
+from .tools.toolbox import Toolbox
+
+logger = logging.getLogger("trio_responses.jobs")
+
+SHUTDOWN_ERROR = {
+    "code": "server_shutdown",
+    "message": "The server shut down before the response finished.",
+}
+_INTERNAL_ERROR = {"code": "server_error", "message": "The server had an internal error."}
+
+
+@final
+@dataclass(frozen=True)
+class ResponseHandle:
+    """A response its creator has just started. Returned by `ResponsesService.create`.
+
+    The creator may follow it from its first event, wait for it, or, for a
+    foreground response, abandon it (its client went away).
+    """
+
+    id: str
+    background: bool
+    stream: bool
+    _job: Job = field(repr=False, compare=False)
+
+    @property
+    def status(self) -> Status:
+        """The status now."""
+        return self._job.status
+
+    @property
+    def response(self) -> dict[str, Any]:
+        """The Response object as it stands now."""
+        return self._job.snapshot()
+
+    def subscribe(self) -> Subscription:
+        """Follow the response from its first event (``response.created``)."""
+        return LogSubscription(self._job.log, -1)
+
+    async def wait(self) -> dict[str, Any]:
+        """Wait until the response is finished and recorded; return it.
+
+        Cancellation: only the wait is cancelled, never the response.
+        """
+        await self._job.done.wait()
+        return self._job.snapshot()
+
+    async def wait_closed(self) -> None:
+        """Wait until the job's task is gone (tool sessions closed, engine request ended)."""
+        await self._job.ended.wait()
+
+    def abandon(self) -> None:
+        """The client of a foreground response went away: stop it. No-op for background."""
+        if not self.background:
+            self._job.cancel()
+
+
+@final
+class JobRunner:
+    """Owns the job tasks. Not constructed directly: `open_responses_service` makes one."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        engine: Engine,
+        pool: ToolServerPool,
+        state: State,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._config = config
+        self._engine = engine
+        self._pool = pool
+        self._state = state
+        self._nursery = nursery
+        self._running: dict[str, Job] = {}
+        self._slots = trio.CapacityLimiter(config.max_active_jobs)
+        self._accepting = True
+        self._idle = trio.Event()
+        self._idle.set()
+
+    # -- queries ------------------------------------------------------------------------
+
+    def get(self, response_id: str, owner: str | None) -> Job | None:
+        """The job of ``response_id`` if it runs here and ``owner`` owns it."""
+        job = self._running.get(response_id)
+        return job if job is not None and job.owner == owner else None
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def active(self) -> int:
+        return int(self._slots.borrowed_tokens)
+
+    @property
+    def queued(self) -> int:
+        return self._slots.statistics().tasks_waiting
+
+    @property
+    def tasks(self) -> int:
+        return len(self._nursery.child_tasks)
+
+    @property
+    def subscribers(self) -> int:
+        return sum(job.log.subscribers for job in self._running.values())
+
+    async def wait_idle(self) -> None:
+        """Wait until no job is running (every job task has ended)."""
+        await self._idle.wait()
+
+    # -- start ---------------------------------------------------------------------------
+
+    async def start(self, prepared: PreparedRequest, *, owner: str | None) -> ResponseHandle:
+        """Start the job of ``prepared``; returns once it is recorded and has emitted
+        ``response.created``.
+
+        Raises:
+            ServerBusyError: every generation slot and queue place is taken.
+            ShuttingDownError: `shutdown` has begun.
+            StoreError: the response could not be recorded.
+        """
+        config = self._config
+        if not self._accepting:
+            raise ShuttingDownError("The server is shutting down; retry on another replica.")
+        if len(self._running) >= config.max_active_jobs + config.max_queued_jobs:
+            raise ServerBusyError(
+                f"The server is at capacity ({config.max_active_jobs} responses generating, "
+                f"{config.max_queued_jobs} queued). Retry after a short wait."
+            )
+        request = prepared.request
+        response_id = new_id("resp")
+        job = Job(
+            response_id=response_id,
+            request=request,
+            model=config.model_name,
+            prompt_tokens=prepared.prompt_tokens,
+            input_items=prepared.input_items,
+            owner=owner,
+            created_at=float(int(time.time())),
+            echo=request_echo(request),
+            log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
+        )
+        started: Job = await self._nursery.start(
+            self._run, job, prepared.plan, name=f"job {response_id}"
+        )
+        return ResponseHandle(started.id, request.background, request.stream, started)
+
+    async def _run(self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[Job]) -> None:
+        recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
+        self._running[job.id] = job
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        try:
+            try:
+                await recorder.start()
+            except BaseException:
+                await recorder.forget()
+                raise
+            job.builder.start()
+            logger.info(
+                "%s created (background=%s, stream=%s)",
+                job.id,
+                job.request.background,
+                job.request.stream,
+            )
+            task_status.started(job)
+            await self._generate(job, plan, recorder)
+        finally:
+            del self._running[job.id]
+            job.ended.set()
+            if not self._running:
+                self._idle.set()
+
+    async def _generate(self, job: Job, plan: PromptPlan, recorder: Recorder) -> None:
+        config = self._config
+        async with trio.open_nursery() as sessions:
+            await sessions.start(recorder.follow)
+            toolbox = Toolbox(
+                job.request,
+                self._pool,
+                nursery=sessions,
+                tool_timeout_s=config.tool_timeout_s,
+                close_timeout_s=config.cleanup_timeout_s,
+            )
+            try:
+                with job.cancel_scope:
+                    async with self._slots:
+                        await generate_response(
+                            job, self._engine, toolbox, plan, max_model_len=config.max_model_len
+                        )
+            except Exception:
+                logger.exception("%s failed with an internal error", job.id)
+                if not job.finished:
+                    job.finish("failed", error=dict(_INTERNAL_ERROR))
+            finally:
+                if not job.finished:  # our own nursery is being cancelled: shutting down
+                    job.finish("failed", error=dict(SHUTDOWN_ERROR))
+                with trio.CancelScope(shield=True):
+                    try:
+                        await recorder.stop()
+                        await recorder.finish()
+                    finally:
+                        job.done.set()
+                        logger.info("%s %s", job.id, job.status)
+                    await toolbox.aclose()
+                sessions.cancel_scope.cancel()
+
+    # -- change -----------------------------------------------------------------------------
+
+    def cancel(self, response_id: str) -> bool:
+        """Cancel the job of ``response_id`` if it runs here (a `Control` cancel request)."""
+        job = self._running.get(response_id)
+        if job is None or job.finished:
+            return False
+        job.cancel()
+        logger.info("%s cancelled by request", job.id)
+        return True
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop taking jobs, give running ones ``grace_s`` to finish, then end them.
+
+        Jobs still running after the grace period end ``failed`` with code
+        ``server_shutdown`` (their readers get that terminal event) and are
+        recorded. Returns once every job task has finished its cleanup, or
+        after the cleanup budget.
+        """
+        self._accepting = False
+        with trio.move_on_after(grace_s):
+            await self.wait_idle()
+        for job in list(self._running.values()):
+            job.abort(SHUTDOWN_ERROR["code"], SHUTDOWN_ERROR["message"])
+        with trio.move_on_after(self._config.cleanup_timeout_s * 3):
+            await self.wait_idle()

@@ -1,0 +1,162 @@
+"""Recording one job in the state backend: its record and its event log.
+
+The recorder is the only writer of a job's stored state (SPEC §12). It writes
+
+- the ``queued`` record before the job is reported started (`start`);
+- while the job runs, on durable backends (SQLite, Redis): every new batch of
+  frames of a background job's log, and the record whenever its status or its
+  finished items change, so another replica (or a restarted process) sees the
+  response as it stands (`follow`, a task in the job's nursery);
+- the final record, and the finished log for replay (`finish`).
+
+Every write is retried boundedly (`with_retries`) and shielded under the
+cleanup budget, so cancelling the follower stops it between writes, never in
+the middle of one. A backend that stays down ends the response ``failed``
+(``server_error``); the error never leaves the job.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import final
+
+import trio
+
+from ..store.base import State, StoredResponse, StoreError, with_retries
+from .event_log import SubscriberLagged
+from .job import Job
+
+logger = logging.getLogger("trio_responses.recorder")
+
+_UNRECORDED = {
+    "code": "server_error",
+    "message": "The server could not record this response (its store is unavailable).",
+}
+
+
+@final
+class Recorder:
+    """Writes one job's record and log. Not constructed directly: the job runner makes one."""
+
+    def __init__(self, job: Job, state: State, *, budget_s: float) -> None:
+        self._job = job
+        self._state = state
+        self._budget_s = budget_s
+        self._stores = job.request.store
+        self._writes_log = job.background and state.logs.live
+        self._cursor = -1
+        """Sequence number of the last frame written to the log store (or looked at)."""
+        self._recorded: tuple[str, int] | None = None
+        """(status, finished items) of the record as last written."""
+        self._follower = trio.CancelScope()
+        self._followed = trio.Event()
+
+    def record(self) -> StoredResponse:
+        """The job's record as it stands now."""
+        job = self._job
+        return StoredResponse(
+            response=job.snapshot(),
+            input_items=job.input_items,
+            owner=job.owner,
+            replica=None if job.finished else self._state.control.replica,
+        )
+
+    async def start(self) -> None:
+        """Store the ``queued`` record (for ``store: true``); before the job counts as started.
+
+        Raises:
+            StoreError: the backend stayed unavailable; nothing was recorded.
+        """
+        if self._stores:
+            await with_retries(self._put)
+            self._recorded = (self._job.status, 0)
+
+    async def forget(self) -> None:
+        """Undo `start` (the create failed or was cancelled). Shielded and bounded."""
+        if not self._stores:
+            return
+        job = self._job
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + self._budget_s
+            try:
+                await self._state.store.delete(job.id, owner=job.owner)
+            except StoreError:
+                logger.warning("%s: could not remove the record of a failed create", job.id)
+
+    async def follow(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Write what the job produces as it goes, until `stop` or the end of its log.
+
+        Only on durable backends; elsewhere it returns at once.
+        """
+        try:
+            with self._follower:
+                task_status.started()
+                if not self._state.durable or not (self._stores or self._writes_log):
+                    return
+                log = self._job.log
+                while not log.closed:
+                    await log.wait_after(self._cursor)
+                    with trio.CancelScope(shield=True) as scope:
+                        scope.deadline = trio.current_time() + self._budget_s
+                        try:
+                            await self._write()
+                        except StoreError as error:
+                            logger.error("%s: could not be recorded: %s", self._job.id, error)
+                            self._job.abort(_UNRECORDED["code"], _UNRECORDED["message"])
+                            return
+        finally:
+            self._followed.set()
+
+    async def stop(self) -> None:
+        """Stop `follow` after its current write (bounded by the budget)."""
+        self._follower.cancel()
+        with trio.move_on_after(self._budget_s):
+            await self._followed.wait()
+
+    async def finish(self) -> None:
+        """Write the rest of the log, the final record and keep the log for replay.
+
+        Call after `stop`, once the job is finished. Never raises `StoreError`:
+        a final state that cannot be written is logged. Bounded by the budget
+        per step; call it shielded.
+        """
+        job = self._job
+        state = self._state
+        try:
+            with trio.fail_after(self._budget_s):
+                await self._write(force=True)
+            if job.background:
+                with trio.fail_after(self._budget_s):
+                    await with_retries(partial(state.logs.finish, job.id, job.log, owner=job.owner))
+        except (StoreError, trio.TooSlowError) as error:
+            logger.error("%s: its final state could not be recorded: %s", job.id, error)
+
+    async def _write(self, *, force: bool = False) -> None:
+        job = self._job
+        log = job.log
+        if self._writes_log:
+            try:
+                frames = log.read_after(self._cursor)
+            except SubscriberLagged as lagged:
+                # The backend fell a whole ring behind: what was dropped is lost.
+                logger.warning("%s: %s events never reached the store", job.id, lagged.oldest)
+                self._cursor = lagged.oldest - 1
+                frames = log.read_after(self._cursor)
+            if frames:
+                first = self._cursor + 1
+                append = self._state.logs.append
+                await with_retries(partial(append, job.id, frames, first=first, owner=job.owner))
+                self._cursor += len(frames)
+        else:
+            self._cursor = log.next_sequence_number - 1
+        if self._stores:
+            shape = (job.status, len(job.builder.finished_items()))
+            if force or shape != self._recorded:
+                await with_retries(self._put)
+                self._recorded = shape
+
+    async def _put(self) -> None:
+        await self._state.store.put(self.record())
