@@ -1,0 +1,784 @@
+"""``sqlite:///PATH``: the state layer in one SQLite file, surviving restarts.
+
+This module owns the file's schema and everything written to it:
+
+- `SqliteStore`: response records (owner-scoped), finished ones bounded by
+  count and time to live; running ones kept until they finish.
+- `SqliteEventLogs`: the event logs of background responses, written batch by
+  batch while the job runs (``live``), kept after the job ends within the
+  retention limits, and replayed from any retained cursor, also after a restart.
+- `open_sqlite_state`: opens the file (WAL, schema), takes the one-process
+  lock, and closes both on exit. Control is `LocalControl`: one process owns
+  the file, so every job runs here or nowhere.
+
+Every statement runs in a worker thread, on one connection, one operation at a
+time (a `trio.CapacityLimiter` of 1): the Trio thread never blocks on the disk.
+
+Schema (``PRAGMA user_version`` = `SCHEMA_VERSION`)::
+
+    responses(id PK, owner, status, replica, response JSON, input_items JSON,
+              updated_at, expires_at NULL while running)
+    logs(id PK, owner, next_seq, oldest_seq, bytes, complete, finished_at)
+    log_batches(id, first_seq, last_seq, bytes, frames, UNIQUE(id, last_seq))
+
+A batch is the frames of one `SqliteEventLogs.append` call, concatenated: each
+SSE frame ends with ``\\n\\n`` and holds no other, so the batch splits back.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import math
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import Any, TypeVar, final
+
+import trio
+
+from .._config import Config
+from ..background.event_log import EventLog, SubscriberLagged
+from ..background.subscription import ReaderSubscription, Subscription
+from ..protocol.builder import terminal_frame
+from ..protocol.sse import is_terminal_frame
+from .base import RUNNING_STATUSES, LogStatistics, State, StoredResponse, StoreError
+from .memory import LocalControl
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id          TEXT PRIMARY KEY,
+    owner       TEXT,
+    status      TEXT NOT NULL,
+    replica     TEXT,
+    response    TEXT NOT NULL,
+    input_items TEXT NOT NULL,
+    updated_at  REAL NOT NULL,
+    expires_at  REAL
+);
+CREATE INDEX IF NOT EXISTS responses_finished
+    ON responses (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS responses_running
+    ON responses (replica) WHERE expires_at IS NULL;
+
+CREATE TABLE IF NOT EXISTS logs (
+    id          TEXT PRIMARY KEY,
+    owner       TEXT,
+    next_seq    INTEGER NOT NULL,
+    oldest_seq  INTEGER NOT NULL,
+    bytes       INTEGER NOT NULL,
+    complete    INTEGER NOT NULL DEFAULT 0,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS logs_complete ON logs (finished_at) WHERE complete;
+
+CREATE TABLE IF NOT EXISTS log_batches (
+    id        TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    bytes     INTEGER NOT NULL,
+    frames    BLOB NOT NULL,
+    UNIQUE (id, last_seq)
+);
+"""
+
+_FRAME_END = b"\n\n"
+_READ_BATCH_BYTES = 1 << 18
+"""Most bytes one `read_after` returns (at least one frame): one SSE write's worth."""
+_INCOMPLETE_POLL_S = 0.05
+"""Wait of a reader of an incomplete log with nothing new. Only a dead process's log
+(until recovery terminates it) is read so: this process's own jobs are followed in
+their in-process rings."""
+
+_BUSY_TIMEOUT_S = 5.0
+"""How long a statement waits for a lock held by another connection (a backup, the
+sqlite3 shell): this process is the only writer, so only outside readers take locks."""
+
+T = TypeVar("T")
+
+
+def _split(batch: bytes) -> list[bytes]:
+    """The frames of one stored batch (concatenated SSE frames)."""
+    parts = batch.split(_FRAME_END)
+    # Every frame ends with the separator, so the last part is empty.
+    return [part + _FRAME_END for part in parts[:-1]]
+
+
+def _encode(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        # A caller's bug, but it must reach the job as a store failure, not crash it.
+        raise StoreError(f"SQLite store: cannot encode a record as JSON: {exc}") from exc
+
+
+@final
+class _Database:
+    """One connection, used from worker threads one operation at a time."""
+
+    def __init__(self, path: str, connection: sqlite3.Connection) -> None:
+        self.path = path
+        self._connection = connection
+        self._limiter = trio.CapacityLimiter(1)
+        self.reloads: list[Callable[[], None]] = []
+        """Re-read in-memory counters from the file after a rollback undid changes they
+        had counted (worker thread)."""
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """Run ``work`` in the worker thread; sqlite3 errors become `StoreError`.
+
+        Not cancellable once the thread started (operations are short); a
+        cancellation while waiting for the limiter propagates.
+        """
+        try:
+            return await trio.to_thread.run_sync(work, limiter=self._limiter)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (worker thread only): committed, or rolled back on error."""
+        connection = self._connection
+        # IMMEDIATE: take the write lock up front rather than upgrading midway.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+            connection.commit()
+        except BaseException:
+            # Also when COMMIT failed: a transaction left open would fail every later BEGIN.
+            if connection.in_transaction:
+                with suppress(sqlite3.Error):
+                    connection.rollback()
+                    for reload in self.reloads:
+                        reload()
+            raise
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """For single-statement reads (worker thread only)."""
+        return self._connection
+
+    async def close(self) -> None:
+        await self.run(self._connection.close)
+
+
+@final
+class SqliteStore:
+    """Implements `ResponseStore` in the ``responses`` table."""
+
+    def __init__(
+        self,
+        db: _Database,
+        *,
+        replica: str,
+        max_responses: int,
+        ttl_s: float,
+        clock: Callable[[], float] = time.time,
+        logs: SqliteEventLogs | None = None,
+    ) -> None:
+        if max_responses < 1:
+            raise ValueError("max_responses must be >= 1")
+        self._db = db
+        self._logs = logs
+        self._replica = replica
+        self._max = max_responses
+        self._ttl = ttl_s
+        self._clock = clock
+        # Finished records in the file, so that a put knows without a count(*) whether
+        # to evict. Exact: this process is the file's only writer. Worker thread only
+        # (re-read after a rollback).
+        self._finished = 0
+        db.reloads.append(self.load)
+
+    def load(self) -> None:
+        """Read the counters (worker thread, at open)."""
+        row = self._db.connection.execute(
+            "SELECT count(*) FROM responses WHERE expires_at IS NOT NULL"
+        ).fetchone()
+        self._finished = int(row[0])
+
+    async def put(self, record: StoredResponse) -> None:
+        await self._db.run(lambda: self._put_many([record]))
+
+    def _put_many(self, records: Sequence[StoredResponse], *, terminate_logs: bool = False) -> None:
+        now = self._clock()
+        rows = [
+            (
+                record.id,
+                record.owner,
+                record.status,
+                record.replica,
+                _encode(record.response),
+                _encode(record.input_items),
+                now,
+                None if record.running else now + self._ttl,
+            )
+            for record in records
+        ]
+        with self._db.transaction() as db:
+            for row in rows:
+                old = db.execute(
+                    "SELECT expires_at IS NOT NULL FROM responses WHERE id = ?", (row[0],)
+                ).fetchone()
+                self._finished -= 1 if old is not None and old[0] else 0
+                # REPLACE gives the row a new rowid: the newest write sorts last.
+                db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+                self._finished += 1 if row[7] is not None else 0
+            if self._finished > self._max:
+                # Oldest stored first (the TTL is the same for all: expires_at orders by age).
+                self._finished -= db.execute(
+                    "DELETE FROM responses WHERE rowid IN (SELECT rowid FROM responses"
+                    " WHERE expires_at IS NOT NULL ORDER BY expires_at, rowid LIMIT ?)",
+                    (self._finished - self._max,),
+                ).rowcount
+            if terminate_logs and self._logs is not None:
+                # The same transaction ends their logs: a crash cannot leave a failed
+                # record whose log never ends (recovery would not see it again).
+                for record in records:
+                    self._logs.terminate_in(db, record)
+
+    async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
+        def work() -> StoredResponse | None:
+            row = self._db.connection.execute(
+                "SELECT response, input_items, replica, updated_at FROM responses"
+                " WHERE id = ? AND owner IS ? AND (expires_at IS NULL OR expires_at > ?)",
+                (response_id, owner, self._clock()),
+            ).fetchone()
+            if row is None:
+                return None
+            # Decoded here: a long conversation's JSON is too much for the event loop.
+            return StoredResponse(
+                response=json.loads(row[0]),
+                input_items=json.loads(row[1]),
+                owner=owner,
+                replica=row[2],
+                updated_at=row[3],
+            )
+
+        return await self._db.run(work)
+
+    async def delete(self, response_id: str, *, owner: str | None) -> bool:
+        def work() -> bool:
+            with self._db.transaction() as db:
+                row = db.execute(
+                    "DELETE FROM responses WHERE id = ? AND owner IS ? RETURNING expires_at",
+                    (response_id, owner),
+                ).fetchone()
+                if row is None:
+                    return False
+                expires_at: float | None = row[0]
+                if expires_at is None:
+                    return True
+                self._finished -= 1
+            # Expired but not yet collected: it was already gone for readers.
+            return expires_at > self._clock()
+
+        return await self._db.run(work)
+
+    async def expire(self) -> int:
+        def work() -> int:
+            with self._db.transaction() as db:
+                expired = db.execute(
+                    "DELETE FROM responses WHERE expires_at <= ?", (self._clock(),)
+                ).rowcount
+                self._finished -= expired
+            return expired
+
+        return await self._db.run(work)
+
+    async def recover_interrupted(self) -> list[StoredResponse]:
+        def work() -> list[StoredResponse]:
+            statuses = sorted(RUNNING_STATUSES)
+            rows = self._db.connection.execute(
+                "SELECT response, input_items, owner, replica FROM responses"
+                " WHERE expires_at IS NULL AND replica IS NOT ?"
+                f" AND status IN ({', '.join('?' * len(statuses))})",
+                (self._replica, *statuses),
+            ).fetchall()
+            # One process per file: a running record of any other replica was left by
+            # a process that is gone. This process's own running jobs are never touched.
+            recovered = [
+                StoredResponse(
+                    response=json.loads(row[0]),
+                    input_items=json.loads(row[1]),
+                    owner=row[2],
+                    replica=row[3],
+                ).interrupted()
+                for row in rows
+            ]
+            if recovered:
+                self._put_many(recovered, terminate_logs=True)
+            return recovered
+
+        records = await self._db.run(work)
+        if records:
+            logger.info("marked %d interrupted responses failed (server_restarted)", len(records))
+        return records
+
+
+@final
+class SqliteEventLogs:
+    """Implements `EventLogStore` in the ``logs`` and ``log_batches`` tables."""
+
+    live = True
+
+    def __init__(
+        self,
+        db: _Database,
+        *,
+        replay_events: int,
+        replay_bytes: int,
+        retention_s: float,
+        max_streams: int,
+        max_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._replay_events = replay_events
+        self._replay_bytes = replay_bytes
+        self._retention_s = retention_s
+        self._max_streams = max_streams
+        self._max_bytes = max_bytes
+        self._clock = clock
+        # Complete logs and their bytes, for statistics() without I/O and for the
+        # retention bounds. Written in the worker thread only (re-read after a rollback).
+        self._complete = 0
+        self._complete_bytes = 0
+        db.reloads.append(self.load)
+
+    def load(self) -> None:
+        """Read the counters (worker thread, at open)."""
+        row = self._db.connection.execute(
+            "SELECT count(*), coalesce(sum(bytes), 0) FROM logs WHERE complete"
+        ).fetchone()
+        self._complete, self._complete_bytes = int(row[0]), int(row[1])
+
+    def statistics(self) -> LogStatistics:
+        return LogStatistics(self._complete, self._complete_bytes)
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def append(
+        self, response_id: str, frames: Sequence[bytes], *, first: int, owner: str | None
+    ) -> None:
+        if not frames:
+            await trio.lowlevel.checkpoint()
+            return
+        frames = list(frames)  # the caller's list may change while the thread runs
+
+        def work() -> None:
+            with self._db.transaction() as db:
+                self._append(db, response_id, frames, first, owner)
+
+        await self._db.run(work)
+
+    def _append(
+        self,
+        db: sqlite3.Connection,
+        response_id: str,
+        frames: list[bytes],
+        first: int,
+        owner: str | None,
+    ) -> None:
+        meta = db.execute(
+            "SELECT next_seq, oldest_seq, bytes, complete FROM logs WHERE id = ?", (response_id,)
+        ).fetchone()
+        if meta is None:
+            db.execute(
+                "INSERT INTO logs (id, owner, next_seq, oldest_seq, bytes) VALUES (?, ?, ?, ?, 0)",
+                (response_id, owner, first, first),
+            )
+            next_seq, oldest, size = first, first, 0
+        else:
+            next_seq, oldest, size, complete = meta
+            if complete:
+                return  # nothing follows the terminal event
+        if first < next_seq:
+            # A retried append whose first attempt was committed: keep what is new.
+            frames = frames[next_seq - first :]
+            first = next_seq
+            if not frames:
+                return
+        elif first > next_seq:
+            # Frames were lost (appends that failed for good): the log restarts here,
+            # and readers of the missing part are told they lagged.
+            db.execute("DELETE FROM log_batches WHERE id = ?", (response_id,))
+            oldest, size = first, 0
+        batch = b"".join(frames)
+        last = first + len(frames) - 1
+        db.execute(
+            "INSERT INTO log_batches (id, first_seq, last_seq, bytes, frames)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (response_id, first, last, len(batch), batch),
+        )
+        size += len(batch)
+        if last + 1 - oldest > self._replay_events or size > self._replay_bytes:
+            oldest, size = self._trim(db, response_id, last + 1, size)
+        db.execute(
+            "UPDATE logs SET next_seq = ?, oldest_seq = ?, bytes = ? WHERE id = ?",
+            (last + 1, oldest, size, response_id),
+        )
+
+    def _trim(
+        self, db: sqlite3.Connection, response_id: str, next_seq: int, size: int
+    ) -> tuple[int, int]:
+        """Keep about the newest ``replay_events`` events and ``replay_bytes`` bytes,
+        whole batches at a time, always the newest batch. Returns the oldest retained
+        sequence number and the bytes retained."""
+        dropped = db.execute(
+            "DELETE FROM log_batches WHERE id = ? AND last_seq < ? RETURNING bytes",
+            (response_id, next_seq - self._replay_events),
+        ).fetchall()
+        size -= sum(row[0] for row in dropped)
+        while size > self._replay_bytes:
+            rowid, last_seq, batch_bytes = db.execute(
+                "SELECT rowid, last_seq, bytes FROM log_batches WHERE id = ?"
+                " ORDER BY last_seq LIMIT 1",
+                (response_id,),
+            ).fetchone()
+            if last_seq == next_seq - 1:
+                break  # the newest batch stays, however large
+            db.execute("DELETE FROM log_batches WHERE rowid = ?", (rowid,))
+            size -= batch_bytes
+        (oldest,) = db.execute(
+            "SELECT first_seq FROM log_batches WHERE id = ? ORDER BY last_seq LIMIT 1",
+            (response_id,),
+        ).fetchone()
+        return oldest, size
+
+    async def finish(self, response_id: str, log: EventLog, *, owner: str | None) -> None:
+        # ``log`` is not needed: its frames, the terminal one last, were appended.
+        def work() -> None:
+            with self._db.transaction() as db:
+                self._complete_log(db, response_id)
+
+        await self._db.run(work)
+
+    async def terminate(self, record: StoredResponse) -> None:
+        def work() -> None:
+            with self._db.transaction() as db:
+                self.terminate_in(db, record)
+
+        await self._db.run(work)
+
+    def terminate_in(self, db: sqlite3.Connection, record: StoredResponse) -> None:
+        """`terminate`, inside the caller's transaction (worker thread)."""
+        meta = db.execute(
+            "SELECT next_seq, complete FROM logs WHERE id = ?", (record.id,)
+        ).fetchone()
+        if meta is None or meta[1]:
+            return
+        if not self._ends_with_terminal(db, record.id):
+            frame = terminal_frame(record.response, meta[0])
+            self._append(db, record.id, [frame], meta[0], record.owner)
+        self._complete_log(db, record.id)
+
+    @staticmethod
+    def _ends_with_terminal(db: sqlite3.Connection, response_id: str) -> bool:
+        last = db.execute(
+            "SELECT frames FROM log_batches WHERE id = ? ORDER BY last_seq DESC LIMIT 1",
+            (response_id,),
+        ).fetchone()
+        return last is not None and is_terminal_frame(_split(last[0])[-1])
+
+    def seal_orphans(self) -> None:
+        """End the unfinished logs a dead process left whose record is no longer running
+        (it died between the record's last write and `finish`). Worker thread, at open:
+        then no job of this process runs yet. Logs of running records are recovery's."""
+        with self._db.transaction() as db:
+            orphans = db.execute(
+                "SELECT logs.id, responses.expires_at IS NULL, responses.response,"
+                " responses.owner FROM logs LEFT JOIN responses ON responses.id = logs.id"
+                " WHERE NOT logs.complete"
+            ).fetchall()
+            for response_id, running, response, owner in orphans:
+                if response is None:
+                    self._drop(db, [response_id])  # nobody can ask for it any more
+                elif not running:
+                    try:
+                        self.terminate_in(db, StoredResponse(json.loads(response), [], owner))
+                    except (ValueError, KeyError):
+                        self._drop(db, [response_id])  # a record it cannot end: unreadable
+
+    def _complete_log(self, db: sqlite3.Connection, response_id: str) -> None:
+        """Mark the log complete, finished now; then keep within the retention limits."""
+        if self._retention_s <= 0:
+            # Nothing is retained after the end: forget the log at once.
+            self._drop(db, [response_id])
+            return
+        row = db.execute(
+            "UPDATE logs SET complete = 1, finished_at = ? WHERE id = ? AND NOT complete"
+            " RETURNING bytes",
+            (self._clock(), response_id),
+        ).fetchone()
+        if row is None:
+            return
+        self._complete += 1
+        self._complete_bytes += row[0]
+        if self._complete > self._max_streams or self._complete_bytes > self._max_bytes:
+            self._enforce_retention(db)
+
+    def _enforce_retention(self, db: sqlite3.Connection) -> None:
+        """Drop the oldest complete logs beyond the count and byte limits (the newest
+        stays, however large)."""
+        count, size = self._complete, self._complete_bytes
+        dropped: list[str] = []
+        oldest_first = db.execute(
+            "SELECT id, bytes FROM logs WHERE complete ORDER BY finished_at, rowid"
+        )
+        for response_id, log_bytes in oldest_first:
+            if count <= self._max_streams and (size <= self._max_bytes or count <= 1):
+                break
+            dropped.append(response_id)
+            count -= 1
+            size -= log_bytes
+        oldest_first.close()  # before deleting from the table it reads
+        self._drop(db, dropped)
+
+    def _drop(self, db: sqlite3.Connection, response_ids: Sequence[str]) -> None:
+        """Forget logs, complete or not (and count what was complete)."""
+        for response_id in response_ids:
+            db.execute("DELETE FROM log_batches WHERE id = ?", (response_id,))
+            row = db.execute(
+                "DELETE FROM logs WHERE id = ? RETURNING complete, bytes", (response_id,)
+            ).fetchone()
+            if row is not None and row[0]:
+                self._complete -= 1
+                self._complete_bytes -= row[1]
+
+    async def delete(self, response_id: str) -> None:
+        def work() -> None:
+            with self._db.transaction() as db:
+                self._drop(db, [response_id])
+
+        await self._db.run(work)
+
+    async def expire(self) -> int:
+        if math.isinf(self._retention_s):
+            await trio.lowlevel.checkpoint()
+            return 0
+
+        def work() -> int:
+            with self._db.transaction() as db:
+                rows = db.execute(
+                    "SELECT id FROM logs WHERE complete AND finished_at <= ?",
+                    (self._clock() - self._retention_s,),
+                ).fetchall()
+                self._drop(db, [row[0] for row in rows])
+            return len(rows)
+
+        return await self._db.run(work)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def open(
+        self, response_id: str, *, owner: str | None, starting_after: int
+    ) -> Subscription | None:
+        def work() -> tuple[int, int, bool] | None:
+            row = self._db.connection.execute(
+                "SELECT next_seq, oldest_seq, complete FROM logs WHERE id = ? AND owner IS ?",
+                (response_id, owner),
+            ).fetchone()
+            return None if row is None else (row[0], row[1], bool(row[2]))
+
+        meta = await self._db.run(work)
+        if meta is None:
+            return None
+        next_seq, oldest, complete = meta
+        if starting_after + 1 < oldest:
+            raise SubscriberLagged(starting_after + 1, oldest)
+        reader = _SqliteLogReader(self._db, response_id, next_seq)
+        if complete:
+            reader.completed(next_seq)
+        return ReaderSubscription(reader, starting_after)
+
+
+@final
+class _SqliteLogReader:
+    """Implements `LogReader` for one stored log."""
+
+    def __init__(self, db: _Database, response_id: str, next_seq: int) -> None:
+        self._db = db
+        self._id = response_id
+        self._next_seq = next_seq
+        self._last: int | None = None
+
+    def completed(self, next_seq: int) -> None:
+        self._next_seq = next_seq
+        self._last = next_seq - 1
+
+    def complete_through(self) -> int | None:
+        return self._last
+
+    def close(self) -> None:
+        pass  # holds nothing between reads
+
+    async def read_after(self, cursor: int) -> list[bytes]:
+        if self._last is not None and cursor >= self._last:
+            await trio.lowlevel.checkpoint()
+            return []
+        meta, frames = await self._db.run(lambda: self._read(cursor))
+        if meta is None:
+            # Deleted or dropped by retention while being read.
+            raise SubscriberLagged(cursor + 1, max(self._next_seq, cursor + 2))
+        next_seq, oldest, complete = meta
+        if cursor + 1 < oldest:
+            raise SubscriberLagged(cursor + 1, oldest)
+        if complete:
+            self.completed(next_seq)
+        else:
+            self._next_seq = next_seq
+            if not frames:
+                await trio.sleep(_INCOMPLETE_POLL_S)
+        return frames
+
+    def _read(self, cursor: int) -> tuple[tuple[int, int, bool] | None, list[bytes]]:
+        db = self._db.connection
+        # One read transaction: the meta row and the batches agree.
+        db.execute("BEGIN")
+        try:
+            row = db.execute(
+                "SELECT next_seq, oldest_seq, complete FROM logs WHERE id = ?", (self._id,)
+            ).fetchone()
+            if row is None or cursor + 1 < row[1]:
+                return (None if row is None else (row[0], row[1], bool(row[2]))), []
+            frames: list[bytes] = []
+            size = 0
+            # The index on (id, last_seq) finds the first batch holding cursor + 1.
+            batches = db.execute(
+                "SELECT first_seq, frames FROM log_batches WHERE id = ? AND last_seq > ?"
+                " ORDER BY last_seq",
+                (self._id, cursor),
+            )
+            for first_seq, batch in batches:
+                for frame in _split(batch)[max(0, cursor + 1 - first_seq) :]:
+                    if frames and size + len(frame) > _READ_BATCH_BYTES:
+                        return (row[0], row[1], bool(row[2])), frames
+                    frames.append(frame)
+                    size += len(frame)
+            return (row[0], row[1], bool(row[2])), frames
+        finally:
+            db.execute("COMMIT")
+
+
+def _connect(path: str) -> tuple[int, sqlite3.Connection]:
+    """Take the lock, open the file, create the schema (worker thread)."""
+    lock_path = path + "-lock"
+    try:
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot open SQLite store {path}: {lock_path}: {exc.strerror}") from exc
+    try:
+        try:
+            # flock, not fcntl locks: held per open file, so a second open in this same
+            # process is refused too; released by the kernel when a process dies.
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreError(
+                    f"SQLite store {path} is in use by another trio-responses process "
+                    f"(it holds {lock_path}); one process per file"
+                ) from exc
+            raise StoreError(f"cannot lock SQLite store {path}: {exc.strerror}") from exc
+        try:
+            connection = sqlite3.connect(
+                path,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,  # transactions are explicit (_Database.transaction)
+                check_same_thread=False,  # one worker thread at a time, by the limiter
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+        try:
+            _prepare(connection, path)
+        except BaseException:
+            connection.close()
+            raise
+    except BaseException:
+        os.close(lock)
+        raise
+    return lock, connection
+
+
+def _prepare(connection: sqlite3.Connection, path: str) -> None:
+    try:
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            raise StoreError(f"SQLite store {path}: cannot use WAL mode (got {mode!r})")
+        # NORMAL in WAL mode: a power cut may lose the last commits, never corrupts.
+        connection.execute("PRAGMA synchronous=NORMAL")
+        (version,) = connection.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"SQLite store {path} has schema version {version}; this trio-responses "
+                f"understands up to {SCHEMA_VERSION} (written by a newer version?)"
+            )
+        connection.executescript(
+            f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+        )
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"cannot open SQLite store {path}: {exc} (not a trio-responses database?)"
+        ) from exc
+
+
+@asynccontextmanager
+async def open_sqlite_state(
+    path: str, config: Config, *, clock: Callable[[], float] = time.time
+) -> AsyncIterator[State]:
+    """The ``sqlite:///PATH`` backend; closes the file and releases its lock on exit.
+
+    ``clock`` is the wall clock of expiry times (they outlive the process).
+
+    Raises:
+        StoreError: the file cannot be opened, is not a database of ours, or
+            another process uses it.
+    """
+    lock, connection = await trio.to_thread.run_sync(_connect, path)
+    db = _Database(path, connection)
+    control = LocalControl()
+    logs = SqliteEventLogs(
+        db,
+        replay_events=config.replay_events,
+        replay_bytes=config.replay_bytes,
+        retention_s=config.stream_retention_s,
+        max_streams=config.max_retained_streams,
+        max_bytes=config.retained_stream_bytes,
+        clock=clock,
+    )
+    store = SqliteStore(
+        db,
+        replica=control.replica,
+        max_responses=config.max_stored_responses,
+        ttl_s=config.store_ttl_s,
+        clock=clock,
+        logs=logs,
+    )
+    try:
+
+        def load() -> None:
+            store.load()
+            logs.load()
+            logs.seal_orphans()
+
+        await db.run(load)
+        yield State(kind="sqlite", store=store, logs=logs, control=control)
+    finally:
+        with trio.move_on_after(config.cleanup_timeout_s, shield=True) as scope:
+            try:
+                await db.close()
+            except StoreError as exc:
+                logger.warning("closing %s: %s", path, exc)
+        if scope.cancelled_caught:
+            logger.warning(
+                "closing %s took over %.1f s; lock released anyway", path, config.cleanup_timeout_s
+            )
+        os.close(lock)  # releases the flock
