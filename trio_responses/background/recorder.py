@@ -18,6 +18,7 @@ the middle of one. A backend that stays down ends the response ``failed``
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import final
 
@@ -102,7 +103,7 @@ class Recorder:
                     with trio.CancelScope(shield=True) as scope:
                         scope.deadline = trio.current_time() + self._budget_s
                         try:
-                            await self._write()
+                            await with_retries(self._write)
                         except StoreError as error:
                             logger.error("%s: could not be recorded: %s", self._job.id, error)
                             self._job.abort(_UNRECORDED["code"], _UNRECORDED["message"])
@@ -117,46 +118,60 @@ class Recorder:
             await self._followed.wait()
 
     async def finish(self) -> None:
-        """Write the rest of the log, the final record and keep the log for replay.
+        """Write the rest of the log, the final record, and keep the log for replay.
 
-        Call after `stop`, once the job is finished. Never raises `StoreError`:
-        a final state that cannot be written is logged. Bounded by the budget
-        per step; call it shielded.
+        Call after `stop`, once the job is finished. Each step is bounded by the
+        budget and tried even if the one before failed (the record matters most);
+        a final state that cannot be written is logged, never raised. Call it
+        shielded.
         """
         job = self._job
-        state = self._state
-        try:
-            with trio.fail_after(self._budget_s):
-                await self._write(force=True)
-            if job.background:
+        steps: list[Callable[[], Awaitable[None]]] = [
+            self._write_frames,
+            partial(self._write_record, force=True),
+        ]
+        if job.background:
+            steps.append(partial(self._state.logs.finish, job.id, job.log, owner=job.owner))
+        for step in steps:
+            try:
                 with trio.fail_after(self._budget_s):
-                    await with_retries(partial(state.logs.finish, job.id, job.log, owner=job.owner))
-        except (StoreError, trio.TooSlowError) as error:
-            logger.error("%s: its final state could not be recorded: %s", job.id, error)
+                    await with_retries(step)
+            except (StoreError, trio.TooSlowError) as error:
+                logger.error("%s: its final state could not be recorded: %s", job.id, error)
 
-    async def _write(self, *, force: bool = False) -> None:
+    async def _write(self) -> None:
+        await self._write_frames()
+        await self._write_record()
+
+    async def _write_frames(self) -> None:
+        """Append the frames produced since the last write (background, live backends)."""
         job = self._job
         log = job.log
-        if self._writes_log:
-            try:
-                frames = log.read_after(self._cursor)
-            except SubscriberLagged as lagged:
-                # The backend fell a whole ring behind: what was dropped is lost.
-                logger.warning("%s: %s events never reached the store", job.id, lagged.oldest)
-                self._cursor = lagged.oldest - 1
-                frames = log.read_after(self._cursor)
-            if frames:
-                first = self._cursor + 1
-                append = self._state.logs.append
-                await with_retries(partial(append, job.id, frames, first=first, owner=job.owner))
-                self._cursor += len(frames)
-        else:
+        if not self._writes_log:
             self._cursor = log.next_sequence_number - 1
-        if self._stores:
-            shape = (job.status, len(job.builder.finished_items()))
-            if force or shape != self._recorded:
-                await with_retries(self._put)
-                self._recorded = shape
+            return
+        try:
+            frames = log.read_after(self._cursor)
+        except SubscriberLagged as lagged:
+            # The backend fell a whole ring behind: what was dropped is lost.
+            logger.warning("%s: events before %d never reached the store", job.id, lagged.oldest)
+            self._cursor = lagged.oldest - 1
+            frames = log.read_after(self._cursor)
+        if frames:
+            await self._state.logs.append(
+                job.id, frames, first=self._cursor + 1, owner=job.owner
+            )
+            self._cursor += len(frames)
+
+    async def _write_record(self, *, force: bool = False) -> None:
+        """Write the record if its status or finished items changed (or ``force``)."""
+        job = self._job
+        if not self._stores:
+            return
+        shape = (job.status, len(job.builder.finished_items()))
+        if force or shape != self._recorded:
+            await self._put()
+            self._recorded = shape
 
     async def _put(self) -> None:
         await self._state.store.put(self.record())

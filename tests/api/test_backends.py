@@ -1,0 +1,231 @@
+"""The API on every state backend (memory, SQLite, Redis), through HTTP with the SDK.
+
+The same user-visible behaviour whatever ``--store`` says: retrieve, input items,
+conversation chains, background streams and resume, cancel, delete; clients that
+hang up leave nothing behind; a failing store never takes the server down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+import trio
+from openai import AsyncOpenAI
+
+from tests.conftest import StartServer
+from tests.support import MODEL, RawSSEClient, Server, check_stream, parse_sse, read_sse
+from trio_responses import StoreError
+
+
+async def _server(start_server: StartServer, store_url: str, **config: Any) -> Server:
+    return await start_server(store_url=store_url, **config)
+
+
+async def test_create_retrieve_chain_delete(start_server: StartServer, store_url: str) -> None:
+    server = await _server(start_server, store_url, api_keys=("key-a", "key-b"))
+    client = server.client
+    first = await client.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "first turn"},
+        ],
+    )
+    assert first.output_text == "You said: first turn"
+    second = await client.responses.create(
+        model=MODEL, input="second turn", previous_response_id=first.id
+    )
+    third = await client.responses.create(
+        model=MODEL, input="third turn", previous_response_id=second.id
+    )
+    assert first.usage and second.usage and third.usage
+    assert first.usage.input_tokens < second.usage.input_tokens < third.usage.input_tokens
+
+    retrieved = await client.responses.retrieve(second.id)
+    assert retrieved.output_text == "You said: second turn"
+    assert retrieved.previous_response_id == first.id
+    items = [item async for item in client.responses.input_items.list(first.id)]
+    assert [item.role for item in items] == ["user", "developer"]  # type: ignore[union-attr]
+
+    await client.responses.delete(third.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(third.id)
+
+    unstored = await client.responses.create(model=MODEL, input="x", store=False)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(unstored.id)
+
+    stranger = AsyncOpenAI(base_url=server.base_url, api_key="key-b", max_retries=0)
+    async with stranger:
+        with pytest.raises(openai.NotFoundError):
+            await stranger.responses.retrieve(first.id)
+        with pytest.raises(openai.NotFoundError):
+            await stranger.responses.create(model=MODEL, input="x", previous_response_id=first.id)
+
+
+async def test_background_stream_resume_and_replay(
+    start_server: StartServer, store_url: str
+) -> None:
+    server = await _server(start_server, store_url)
+    created = await server.client.responses.create(
+        model=MODEL, input="tokens:200 delay:5", background=True
+    )
+    assert created.status == "queued"
+    live = await RawSSEClient.open(server, "GET", f"/v1/responses/{created.id}?stream=true")
+    early = await live.read_events(20)
+    assert early[0].json()["type"] == "response.created"
+
+    running = await server.client.responses.retrieve(created.id)
+    assert running.status in ("queued", "in_progress")
+
+    resumed = await RawSSEClient.open(
+        server, "GET", f"/v1/responses/{created.id}?stream=true&starting_after=10"
+    )
+    resumed_events = [event.json() for event in parse_sse(await resumed.read_all())[:-1]]
+    everything = [event.json() for event in parse_sse(await live.read_all())[:-1]]
+    check_stream(everything)
+    assert resumed_events == everything[11:]
+
+    finished = await server.client.responses.retrieve(created.id)
+    assert finished.status == "completed"
+    assert finished.usage is not None and finished.usage.output_tokens > 200
+
+    status, replayed, raw = await read_sse(
+        server.http, "GET", f"/v1/responses/{created.id}?stream=true&starting_after=5"
+    )
+    assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+    assert [event.json() for event in replayed[:-1]] == everything[6:]
+
+    last = everything[-1]["sequence_number"]
+    _, empty, _ = await read_sse(
+        server.http, "GET", f"/v1/responses/{created.id}?stream=true&starting_after={last}"
+    )
+    assert [event.data for event in empty] == ["[DONE]"]
+
+    foreground = await server.client.responses.create(model=MODEL, input="fg")
+    refused = await server.http.get(f"/v1/responses/{foreground.id}?stream=true")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
+
+
+async def test_cancel_ends_readers_and_is_recorded(
+    start_server: StartServer, store_url: str
+) -> None:
+    server = await _server(start_server, store_url)
+    created = await server.client.responses.create(
+        model=MODEL, input="tokens:5000 delay:5", background=True
+    )
+    readers = [
+        await RawSSEClient.open(server, "GET", f"/v1/responses/{created.id}?stream=true")
+        for _ in range(2)
+    ]
+    for reader in readers:
+        await reader.read_events(5)
+    busy = await server.http.delete(f"/v1/responses/{created.id}")
+    assert busy.status_code == 400
+    cancelled = await server.client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    with trio.fail_after(5):
+        for reader in readers:
+            events = parse_sse(await reader.read_all())
+            assert events[-1].data == "[DONE]"
+            assert events[-2].json()["response"]["status"] == "cancelled"
+        await server.service.wait_idle()
+    assert (await server.client.responses.retrieve(created.id)).status == "cancelled"
+    assert (await server.client.responses.cancel(created.id)).status == "cancelled"
+    await server.client.responses.delete(created.id)
+    assert (await server.http.get(f"/v1/responses/{created.id}?stream=true")).status_code == 404
+
+
+async def test_clients_that_hang_up_at_once_leave_nothing(
+    start_server: StartServer, store_url: str
+) -> None:
+    server = await _server(start_server, store_url, max_queued_jobs=100)
+    body = b'{"model": "%s", "input": "hang-up", "background": true}' % MODEL.encode()
+    request = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    limiter = trio.CapacityLimiter(50)
+
+    async def hang_up() -> None:
+        async with limiter:
+            stream = await trio.open_tcp_stream(host, int(port))
+            await stream.send_all(request)
+            await stream.aclose()  # FIN right after the request
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(300):
+            nursery.start_soon(hang_up)
+    # No event says when the server has handled the last hung-up request: poll.
+    with trio.fail_after(30):
+        while (stats := server.service.statistics()).running_jobs or stats.job_tasks:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    # The server still takes requests: no slot or queue place was lost.
+    assert (await server.client.responses.create(model=MODEL, input="after")).status == (
+        "completed"
+    )
+
+
+async def test_create_fails_cleanly_while_the_store_is_down(
+    start_server: StartServer, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await _server(start_server, store_url)
+    store = server.service.state.store
+    working_put = store.put
+    calls = 0
+
+    async def broken_put(record: Any) -> None:
+        nonlocal calls
+        calls += 1
+        raise StoreError("the disk is on fire")
+
+    monkeypatch.setattr(store, "put", broken_put)
+    refused = await server.http.post(
+        "/v1/responses", json={"model": MODEL, "input": "x", "background": True}
+    )
+    assert refused.status_code == 503
+    error = refused.json()["error"]
+    assert error["code"] == "store_unavailable" and error["type"] == "server_error"
+    assert calls > 1  # retried before giving up
+    stats = server.service.statistics()
+    assert stats.running_jobs == 0 and stats.job_tasks == 0
+
+    monkeypatch.setattr(store, "put", working_put)
+    assert (await server.client.responses.create(model=MODEL, input="ok")).status == "completed"
+    assert (await server.http.get("/health")).status_code == 200
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "redis"], indirect=True)
+async def test_a_store_failing_mid_response_fails_only_that_response(
+    start_server: StartServer, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await _server(start_server, store_url)
+    logs = server.service.state.logs
+    working_append = logs.append
+
+    async def broken_append(*args: Any, **kwargs: Any) -> None:
+        raise StoreError("the connection dropped")
+
+    created = await server.client.responses.create(
+        model=MODEL, input="tokens:3000 delay:2", background=True
+    )
+    reader = await RawSSEClient.open(server, "GET", f"/v1/responses/{created.id}?stream=true")
+    await reader.read_events(5)
+    monkeypatch.setattr(logs, "append", broken_append)
+    with trio.fail_after(10):
+        events = parse_sse(await reader.read_all())
+    terminal = events[-2].json()
+    assert terminal["type"] == "response.failed"
+    assert terminal["response"]["error"]["code"] == "server_error"
+    with trio.fail_after(10):
+        await server.service.wait_idle()
+
+    monkeypatch.setattr(logs, "append", working_append)
+    assert (await server.client.responses.retrieve(created.id)).status == "failed"
+    after = await server.client.responses.create(model=MODEL, input="tokens:5", background=True)
+    with trio.fail_after(10):
+        assert (await server.service.wait(after.id))["status"] == "completed"
+    assert (await server.http.get("/health")).status_code == 200

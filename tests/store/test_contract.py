@@ -1,0 +1,325 @@
+"""The state layer's contract: the same tests against memory://, sqlite:/// and redis://.
+
+Each test opens the backend named by the ``store_url`` fixture (an empty one per
+test; Redis is a real ``redis-server``) through `open_state`, exactly as the
+server does. What a backend cannot do by design (memory: nothing outlives the
+process, so it has nothing to recover) is asserted as such, not skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from tests.support import check_stream
+from trio_responses import Config
+from trio_responses.background.event_log import EventLog, SubscriberLagged
+from trio_responses.background.subscription import Subscription
+from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.request import parse_create_request
+from trio_responses.protocol.sse import decode_event
+from trio_responses.store.base import RESTARTED_ERROR, State, StoredResponse
+from trio_responses.store.open import open_state
+
+OWNER = "owner-a"
+STRANGER = "owner-b"
+
+
+@asynccontextmanager
+async def opened(url: str, **config: Any) -> AsyncIterator[State]:
+    async with open_state(url, Config(store_url=url, **config)) as state:
+        yield state
+
+
+def _record(
+    response_id: str = "resp_1",
+    *,
+    status: str = "completed",
+    owner: str | None = OWNER,
+    replica: str | None = None,
+    previous: str | None = None,
+    background: bool = False,
+) -> StoredResponse:
+    return StoredResponse(
+        response={
+            "id": response_id,
+            "object": "response",
+            "status": status,
+            "background": background,
+            "previous_response_id": previous,
+            "output": [{"type": "message", "id": f"msg_{response_id}", "content": []}],
+            "usage": None,
+            "error": None,
+        },
+        input_items=[{"type": "message", "id": f"in_{response_id}", "role": "user"}],
+        owner=owner,
+        replica=replica,
+    )
+
+
+class Produced:
+    """A real response's event frames, built by `ResponseBuilder`, in a job's ring."""
+
+    def __init__(self, response_id: str, *, deltas: int, finish: bool = True) -> None:
+        self.frames: list[bytes] = []
+        self.log = EventLog(max_events=1 << 20, max_bytes=1 << 30)
+        request = parse_create_request({"model": "m", "input": "x", "background": True})
+        self.builder = ResponseBuilder(
+            response_id=response_id,
+            model="m",
+            created_at=1.0,
+            echo=request_echo(request),
+            background=True,
+            emit=self._emit,
+        )
+        self.builder.start()
+        self.builder.mark_in_progress()
+        self.builder.open_message()
+        for index in range(deltas):
+            self.builder.delta(f"token {index} ")
+        if finish:
+            self.builder.finish("completed", now=2.0)
+            self.log.close()
+
+    def _emit(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.log.append(frame)
+
+
+async def record_log(
+    state: State, response_id: str, produced: Produced, *, batch: int = 7, finish: bool = True
+) -> None:
+    """Write a log the way the recorder does: batches while live, then finish."""
+    if state.logs.live:
+        for first in range(0, len(produced.frames), batch):
+            await state.logs.append(
+                response_id, produced.frames[first : first + batch], first=first, owner=OWNER
+            )
+    if finish:
+        await state.logs.finish(response_id, produced.log, owner=OWNER)
+
+
+async def read_all(subscription: Subscription) -> list[bytes]:
+    frames: list[bytes] = []
+    with trio.fail_after(10), subscription:
+        while batch := await subscription.receive_frames():
+            frames.extend(batch)
+    return frames
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+async def test_records_round_trip_scoped_to_their_owner(store_url: str) -> None:
+    async with opened(store_url) as state:
+        store = state.store
+        record = _record()
+        await store.put(record)
+        got = await store.get("resp_1", owner=OWNER)
+        assert got is not None
+        assert got.response == record.response and got.input_items == record.input_items
+        assert got.owner == OWNER
+        assert await store.get("resp_1", owner=STRANGER) is None
+        assert await store.get("resp_1", owner=None) is None
+        assert await store.get("resp_unknown", owner=OWNER) is None
+        assert not await store.delete("resp_1", owner=STRANGER)
+        assert await store.get("resp_1", owner=OWNER) is not None
+        assert await store.delete("resp_1", owner=OWNER)
+        assert await store.get("resp_1", owner=OWNER) is None
+        assert not await store.delete("resp_1", owner=OWNER)
+
+
+async def test_a_put_replaces_the_record(store_url: str) -> None:
+    async with opened(store_url) as state:
+        await state.store.put(_record(status="in_progress", replica=state.control.replica))
+        await state.store.put(_record(status="completed"))
+        got = await state.store.get("resp_1", owner=OWNER)
+        assert got is not None and got.status == "completed" and not got.running
+
+
+async def test_records_without_an_owner(store_url: str) -> None:
+    async with opened(store_url) as state:
+        await state.store.put(_record(owner=None))
+        assert await state.store.get("resp_1", owner=None) is not None
+        assert await state.store.get("resp_1", owner=OWNER) is None
+
+
+async def test_records_keep_strict_json(store_url: str) -> None:
+    async with opened(store_url) as state:
+        record = _record()
+        record.response["text"] = 'quotes " and \\ and \u2028 and emoji \U0001f600'
+        await state.store.put(record)
+        got = await state.store.get("resp_1", owner=OWNER)
+        assert got is not None and got.response["text"] == record.response["text"]
+
+
+async def test_finished_records_expire_running_ones_stay(store_url: str) -> None:
+    async with opened(store_url, store_ttl_s=0.3) as state:
+        store = state.store
+        await store.put(_record("resp_done"))
+        await store.put(_record("resp_run", status="in_progress", replica=state.control.replica))
+        with trio.fail_after(10):
+            while await store.get("resp_done", owner=OWNER) is not None:
+                await store.expire()
+                await trio.sleep(0.05)
+        assert await store.get("resp_run", owner=OWNER) is not None
+
+
+async def test_a_chain_is_stored_by_reference(store_url: str) -> None:
+    async with opened(store_url) as state:
+        await state.store.put(_record("resp_a"))
+        await state.store.put(_record("resp_b", previous="resp_a"))
+        second = await state.store.get("resp_b", owner=OWNER)
+        assert second is not None and second.previous_response_id == "resp_a"
+        # Only its own items: the conversation is assembled by walking the chain.
+        assert [item["id"] for item in second.input_items] == ["in_resp_b"]
+
+
+async def test_recovery_of_responses_left_running(store_url: str) -> None:
+    async with opened(store_url) as state:
+        await state.store.put(
+            _record("resp_mine", status="in_progress", replica=state.control.replica)
+        )
+        await state.store.put(_record("resp_dead", status="queued", replica="gone-replica"))
+        recovered = await state.store.recover_interrupted()
+        mine = await state.store.get("resp_mine", owner=OWNER)
+        assert mine is not None and mine.status == "in_progress"  # this process runs it
+        if state.kind == "memory":
+            # Nothing outlives the process that ran it: there is nothing to recover.
+            assert recovered == []
+            return
+        assert [record.id for record in recovered] == ["resp_dead"]
+        dead = await state.store.get("resp_dead", owner=OWNER)
+        assert dead is not None and dead.status == "failed"
+        assert dead.response["error"] == RESTARTED_ERROR
+        assert await state.store.recover_interrupted() == []  # once only
+
+
+# -- event logs ---------------------------------------------------------------------------
+
+
+async def test_a_finished_log_replays_from_any_point(store_url: str) -> None:
+    async with opened(store_url) as state:
+        produced = Produced("resp_log", deltas=100)
+        await record_log(state, "resp_log", produced)
+        everything = await state.logs.open("resp_log", owner=OWNER, starting_after=-1)
+        assert everything is not None
+        frames = await read_all(everything)
+        assert frames == produced.frames
+        check_stream([decode_event(frame) for frame in frames])
+
+        middle = await state.logs.open("resp_log", owner=OWNER, starting_after=49)
+        assert middle is not None
+        assert await read_all(middle) == produced.frames[50:]
+
+        last = len(produced.frames) - 1
+        at_end = await state.logs.open("resp_log", owner=OWNER, starting_after=last)
+        assert at_end is not None
+        assert await read_all(at_end) == []
+
+
+async def test_logs_are_scoped_to_their_owner_and_can_be_deleted(store_url: str) -> None:
+    async with opened(store_url) as state:
+        await record_log(state, "resp_log", Produced("resp_log", deltas=3))
+        assert await state.logs.open("resp_log", owner=STRANGER, starting_after=-1) is None
+        assert await state.logs.open("resp_unknown", owner=OWNER, starting_after=-1) is None
+        await state.logs.delete("resp_log")
+        assert await state.logs.open("resp_log", owner=OWNER, starting_after=-1) is None
+
+
+async def test_logs_keep_only_the_newest_events(store_url: str) -> None:
+    async with opened(store_url, replay_events=50) as state:
+        produced = Produced("resp_long", deltas=500)
+        log = EventLog(max_events=50, max_bytes=1 << 30)
+        for frame in produced.frames:
+            log.append(frame)
+        log.close()
+        produced.log = log
+        await record_log(state, "resp_long", produced, batch=10)
+        with pytest.raises(SubscriberLagged):
+            await state.logs.open("resp_long", owner=OWNER, starting_after=-1)
+        total = len(produced.frames)
+        tail = await state.logs.open("resp_long", owner=OWNER, starting_after=total - 20)
+        assert tail is not None
+        assert await read_all(tail) == produced.frames[total - 19 :]
+
+
+async def test_finished_logs_are_dropped_after_their_retention(store_url: str) -> None:
+    async with opened(store_url, stream_retention_s=0.3) as state:
+        await record_log(state, "resp_log", Produced("resp_log", deltas=3))
+        assert await state.logs.open("resp_log", owner=OWNER, starting_after=-1) is not None
+        with trio.fail_after(10):
+            while True:
+                await state.logs.expire()
+                reader = await state.logs.open("resp_log", owner=OWNER, starting_after=-1)
+                if reader is None:
+                    break
+                reader.close()
+                await trio.sleep(0.05)
+
+
+async def test_retention_is_bounded_by_count(store_url: str) -> None:
+    async with opened(store_url, max_retained_streams=3) as state:
+        for index in range(6):
+            await record_log(state, f"resp_{index}", Produced(f"resp_{index}", deltas=2))
+        if state.kind == "redis":
+            # Redis bounds logs by time (and the server's memory policy), not by count.
+            return
+        held = [
+            await state.logs.open(f"resp_{index}", owner=OWNER, starting_after=-1)
+            for index in range(6)
+        ]
+        assert [reader is not None for reader in held] == [False] * 3 + [True] * 3
+        assert state.logs.statistics().retained_streams == 3
+
+
+async def test_an_interrupted_log_ends_with_the_recovered_terminal_event(store_url: str) -> None:
+    async with opened(store_url) as state:
+        produced = Produced("resp_cut", deltas=20, finish=False)
+        record = _record("resp_cut", status="in_progress", replica="gone-replica", background=True)
+        await state.store.put(record)
+        await record_log(state, "resp_cut", produced, finish=False)
+        await state.logs.terminate(record.interrupted())
+        reader = await state.logs.open("resp_cut", owner=OWNER, starting_after=-1)
+        if not state.logs.live:
+            # The memory backend holds finished rings only; an interrupted job's ring
+            # died with its process.
+            assert reader is None
+            return
+        assert reader is not None
+        events = [decode_event(frame) for frame in await read_all(reader)]
+        assert [event["sequence_number"] for event in events] == list(range(len(events)))
+        assert len(events) == len(produced.frames) + 1
+        assert events[-1]["type"] == "response.failed"
+        assert events[-1]["response"]["error"]["code"] == "server_restarted"
+
+
+async def test_a_live_log_is_followed_as_it_grows(store_url: str) -> None:
+    async with opened(store_url) as state:
+        if not state.logs.live:
+            # In memory, live readers follow the job's own ring, not the backend.
+            assert state.kind == "memory"
+            return
+        produced = Produced("resp_live", deltas=60)
+        frames = produced.frames
+        await state.logs.append("resp_live", frames[:10], first=0, owner=OWNER)
+        reader = await state.logs.open("resp_live", owner=OWNER, starting_after=-1)
+        assert reader is not None
+        received: list[bytes] = []
+
+        async def write_the_rest() -> None:
+            for first in range(10, len(frames), 10):
+                await trio.sleep(0.01)
+                await state.logs.append(
+                    "resp_live", frames[first : first + 10], first=first, owner=OWNER
+                )
+            await state.logs.finish("resp_live", produced.log, owner=OWNER)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_the_rest)
+            received = await read_all(reader)
+        assert received == frames
