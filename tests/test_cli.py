@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
 import sys
 
@@ -12,6 +9,7 @@ import httpx2
 import pytest
 import trio
 
+from tests.processes import ServeCommand
 from trio_responses.cli import build_parser, config_from_args
 
 
@@ -70,105 +68,48 @@ def test_bad_values_are_reported() -> None:
     assert "port must be between 0 and 65535" in result.stderr
 
 
-class ServeCommand:
-    """``python -m trio_responses serve --port 0 FLAGS`` as a child process."""
+async def test_serve_command_answers_and_stops_on_sigterm(nursery: trio.Nursery) -> None:
+    command = await ServeCommand.start(nursery)
+    assert b"SCRIPTED engine" in command.log
+    async with httpx2.AsyncClient(base_url=command.url) as http:
+        reply = await http.post("/v1/responses", json={"model": "gpt-oss-scripted", "input": "cli"})
+    assert reply.json()["output"][1]["content"][0]["text"] == "You said: cli"
+    code = await command.stop()
+    assert code == 0, command.log.decode()
+    assert b"shutting down" in command.log
+    assert b"Traceback" not in command.log
 
-    def __init__(self, process: trio.Process) -> None:
-        self.process = process
-        self.log = b""
-        self.url = ""
-        self._terminated = False
 
-    @classmethod
-    async def start(cls, *flags: str) -> ServeCommand:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "trio_responses", "serve", "--port", "0", *flags],
-            stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+async def test_sigterm_lets_jobs_end_and_exits_cleanly(nursery: trio.Nursery) -> None:
+    command = await ServeCommand.start(nursery, "--shutdown-grace", "1")
+    async with httpx2.AsyncClient(base_url=command.url, timeout=30) as http:
+        created = await http.post(
+            "/v1/responses",
+            json={
+                "model": "gpt-oss-scripted",
+                "input": "tokens:100000 delay:10",
+                "background": True,
+            },
         )
-        command = cls(process)
-        with trio.fail_after(30):
-            while not (match := re.search(rb"listening on (http://\S+)", command.log)):
-                await command._read()
-        command.url = match.group(1).decode()
-        return command
-
-    def terminate(self) -> None:
-        """SIGTERM, once (a second one during shutdown would not be graceful)."""
-        if not self._terminated:
-            self._terminated = True
-            self.process.send_signal(signal.SIGTERM)
-
-    async def stop(self, timeout_s: float = 15) -> int:
-        """SIGTERM, then read the log to the end; returns the exit status."""
-        self.terminate()
-        with trio.fail_after(timeout_s):
-            while await self._read():
-                pass
-            return await self.process.wait()
-
-    async def _read(self) -> bytes:
-        assert self.process.stderr is not None
-        chunk = await self.process.stderr.receive_some()
-        self.log += chunk
-        return chunk
-
-    async def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-
-
-async def test_serve_command_answers_and_stops_on_sigterm() -> None:
-    command = await ServeCommand.start()
-    try:
-        assert b"SCRIPTED engine" in command.log
-        async with httpx2.AsyncClient(base_url=command.url) as http:
-            reply = await http.post(
-                "/v1/responses", json={"model": "gpt-oss-scripted", "input": "cli"}
-            )
-        assert reply.json()["output"][1]["content"][0]["text"] == "You said: cli"
-        code = await command.stop()
-        assert code == 0, command.log.decode()
-        assert b"shutting down" in command.log
-        assert b"Traceback" not in command.log
-    finally:
-        await command.kill()
-
-
-async def test_sigterm_lets_jobs_end_and_exits_cleanly() -> None:
-    command = await ServeCommand.start("--shutdown-grace", "1")
-    try:
-        async with httpx2.AsyncClient(base_url=command.url, timeout=30) as http:
-            created = await http.post(
-                "/v1/responses",
-                json={
-                    "model": "gpt-oss-scripted",
-                    "input": "tokens:100000 delay:10",
-                    "background": True,
-                },
-            )
-            response_id = created.json()["id"]
-            async with http.stream("GET", f"/v1/responses/{response_id}?stream=true") as stream:
-                lines = stream.aiter_lines()
-                async for line in lines:
-                    if line.startswith("event: response.output_text.delta"):
-                        break
-                started = trio.current_time()
-                command.terminate()
-                rest = [line async for line in lines]
-        terminal = next(line for line in reversed(rest) if line.startswith("data: {"))
-        assert '"type":"response.failed"' in terminal
-        assert '"code":"server_shutdown"' in terminal
-        assert "data: [DONE]" in rest
-        code = await command.stop()
-        assert trio.current_time() - started < 1 + 10
-        assert code == 0, command.log.decode()
-        text = command.log.decode()
-        assert "Traceback" not in text and "leak" not in text.lower()
-        assert f"{response_id} failed" in text
-    finally:
-        await command.kill()
+        response_id = created.json()["id"]
+        async with http.stream("GET", f"/v1/responses/{response_id}?stream=true") as stream:
+            lines = stream.aiter_lines()
+            async for line in lines:
+                if line.startswith("event: response.output_text.delta"):
+                    break
+            started = trio.current_time()
+            command.terminate()
+            rest = [line async for line in lines]
+    terminal = next(line for line in reversed(rest) if line.startswith("data: {"))
+    assert '"type":"response.failed"' in terminal
+    assert '"code":"server_shutdown"' in terminal
+    assert "data: [DONE]" in rest
+    code = await command.stop()
+    assert trio.current_time() - started < 1 + 10
+    assert code == 0, command.log.decode()
+    text = command.log.decode()
+    assert "Traceback" not in text and "leak" not in text.lower()
+    assert f"{response_id} failed" in text
 
 
 def test_tool_flags() -> None:

@@ -158,9 +158,7 @@ class Recorder:
             self._cursor = lagged.oldest - 1
             frames = log.read_after(self._cursor)
         if frames:
-            await self._state.logs.append(
-                job.id, frames, first=self._cursor + 1, owner=job.owner
-            )
+            await self._state.logs.append(job.id, frames, first=self._cursor + 1, owner=job.owner)
             self._cursor += len(frames)
 
     async def _write_record(self, *, force: bool = False) -> None:
