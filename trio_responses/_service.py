@@ -430,7 +430,7 @@ class ResponsesService:
         """
         config = self.config
         interval = min(
-            max(config.stream_retention_s / 10, 0.05), max(config.job_lease_s / 2, 0.05), 30.0
+            max(config.stream_retention_s / 10, 0.05), max(config.job_lease_s / 4, 0.05), 30.0
         )
         while True:
             await trio.sleep(interval)

@@ -56,7 +56,6 @@ from .script import plan
 logger = logging.getLogger("trio_responses.engine.vllm")
 
 SCRIPTED_LOGITS_PROCESSOR = "trio_responses.engine.vllm_testing:ScriptedLogitsProcessor"
-ABORT_TIMEOUT_S = 5.0
 
 _END = object()  # the pump's last item
 
@@ -72,8 +71,10 @@ class VllmEngine:
         *,
         model: str,
         scripted: bool,
+        cleanup_timeout_s: float = 5.0,
     ) -> None:
         self._llm = llm
+        self._cleanup_timeout_s = cleanup_timeout_s
         self._loop = loop
         self._scripted = scripted
         self._info = EngineInfo(
@@ -152,7 +153,7 @@ class VllmEngine:
             self._running.discard(request_id)
             if not ended:  # cancelled, or the sink raised: vLLM must stop too
                 with trio.CancelScope(shield=True) as cleanup:
-                    cleanup.deadline = trio.current_time() + ABORT_TIMEOUT_S
+                    cleanup.deadline = trio.current_time() + self._cleanup_timeout_s
                     await self._abort(pump, request_id)
         return GenerationResult(
             finish_reason="length" if finish_reason == "length" else "stop",
@@ -216,11 +217,18 @@ class VllmEngine:
         return EngineError(f"The inference engine failed this request: {cause}")
 
     async def aclose(self) -> None:
-        """Abort what is running, then shut the engine core down (in a thread)."""
-        if self._running:
-            with contextlib.suppress(Exception):
-                await trio_asyncio.aio_as_trio(self._llm.abort)(list(self._running))
-        await trio.to_thread.run_sync(self._llm.shutdown)
+        """Abort what is running, then shut the engine core down (in a thread).
+
+        The abort is bounded by the cleanup budget, the engine core's shutdown
+        (processes to stop) by three times that; a shutdown that takes longer is
+        left to finish in its thread (the process is on its way out).
+        """
+        with trio.move_on_after(self._cleanup_timeout_s):
+            if self._running:
+                with contextlib.suppress(Exception):
+                    await trio_asyncio.aio_as_trio(self._llm.abort)(list(self._running))
+        with trio.move_on_after(self._cleanup_timeout_s * 3):
+            await trio.to_thread.run_sync(self._llm.shutdown, abandon_on_cancel=True)
 
 
 def engine_args(config: Config) -> AsyncEngineArgs:
@@ -284,7 +292,13 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
         _accept_any_executor(loop)
         logger.info("starting vLLM for %r (this takes a while)", config.model)
         llm = await trio.to_thread.run_sync(functools.partial(AsyncLLM.from_engine_args, args))
-        engine = VllmEngine(llm, loop, model=config.model_name, scripted=config.engine_script)
+        engine = VllmEngine(
+            llm,
+            loop,
+            model=config.model_name,
+            scripted=config.engine_script,
+            cleanup_timeout_s=config.cleanup_timeout_s,
+        )
         logger.info("vLLM is ready")
         try:
             yield engine
