@@ -1,0 +1,870 @@
+"""``redis://HOST:PORT/N``, ``rediss://…``, ``unix:///PATH?db=N``: state shared by replicas.
+
+This module owns the Redis backend of the state layer (SPEC §12):
+
+- `RedisStore`: response records, one JSON string per response, plus the
+  ``running`` hash that says which replica runs which unfinished response;
+- `RedisEventLogs`: one Redis Stream per background response, written while
+  the job runs, so any replica can replay it or follow it live;
+- `RedisControl`: this replica's lease (its heartbeat) and its control stream,
+  on which other replicas ask it to cancel a response.
+
+All three share one `_Redis`: a coredis client for ordinary commands and a
+second one for blocking reads (``XREAD BLOCK``), so that readers waiting for
+events never hold the connections writers need. Needs Redis ≥ 6.2 (``XADD …
+MINID``); one server or a primary (not Cluster: scripts touch several keys).
+
+Key layout (``PREFIX`` is ``trio-responses:``)::
+
+    PREFIX response:{id}    string  JSON {response, input_items, owner, replica, updated_at};
+                                    no TTL while running, PX store_ttl_s once finished
+    PREFIX running          hash    response id → replica running it ("" when unknown)
+    PREFIX lease:{replica}  string  "host:pid", PX job_lease_s, refreshed every job_lease_s/3
+    PREFIX control:{replica} stream cancel messages for that replica: {id: response id}
+    PREFIX log:{id}         stream  one entry per `append` batch: id 0-{last + 1},
+                                    fields f (first sequence number), d (the frames, concatenated)
+    PREFIX logmeta:{id}     hash    owner (JSON), next (next sequence number),
+                                    done (the terminal event's number, once written)
+
+Bounds: Redis TTLs expire finished records (``store_ttl_s``) and finished logs
+(``stream_retention_s``); each log is trimmed to about ``replay_events`` events.
+There is no count limit on records or logs (``max_stored_responses``,
+``max_retained_streams``): size the server's memory and its ``maxmemory``
+policy instead. `expire` is therefore a no-op here.
+
+Entry ids encode sequence numbers, so a reader at cursor ``c`` asks for ids
+after ``0-{c + 1}`` and skips the frames ``≤ c`` of the first entry it gets.
+
+Cancellation: coredis answers requests in order on a multiplexed connection,
+so an ordinary command whose caller is cancelled leaves its reply to be read
+and dropped by coredis, never by a later command. A cancelled *blocking*
+command (``XREAD``, with or without ``BLOCK``) makes coredis close that
+connection instead (its reply can reach nothing). What coredis 6.9 gets wrong
+is the pool's bookkeeping around those cancellations: it loses a slot per
+cancelled blocking read and per cancellation during a connection's set-up, so
+a pool would end up with no connection to hand out. `_Pool` fixes both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
+from typing import Any, NoReturn, TypeVar, final
+from urllib.parse import urlsplit, urlunsplit
+
+import coredis
+import trio
+from coredis.commands.script import Script
+from coredis.exceptions import RedisError
+from coredis.pool import ConnectionPool
+from coredis.response.types import StreamEntry
+from coredis.tokens import PureToken
+
+from .._config import Config
+from ..background.event_log import EventLog, SubscriberLagged
+from ..background.subscription import ReaderSubscription, Subscription
+from ..protocol.builder import terminal_frame
+from ..protocol.sse import is_terminal_frame
+from .base import CancelHandler, LogStatistics, State, StoredResponse, StoreError
+
+logger = logging.getLogger("trio_responses.store.redis")
+
+T = TypeVar("T")
+
+PREFIX = "trio-responses:"
+_RUNNING = PREFIX + "running"
+
+_BLOCK_MS = 1_000
+"""Longest ``XREAD BLOCK``: a quiet reader returns ``[]`` this often and is asked again."""
+_READ_ENTRIES = 16
+"""Stream entries (append batches) per read."""
+_COMMAND_TIMEOUT_S = 10.0
+"""A reply that takes longer means the server is in trouble: `StoreError`."""
+_CONNECT_TIMEOUT_S = 5.0
+_BLOCKING_CONNECTIONS = 4_096
+"""Blocking reads in flight at once (one per live reader, one per control loop)."""
+_CONTROL_MAXLEN = 1_000
+_MAX_TTL_S = 10 * 365 * 24 * 3600.0
+"""TTLs longer than this (``inf`` included) are capped: PX takes a finite number."""
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 5.0
+_REBUILDS = 5
+"""Attempts at a terminal frame whose log keeps moving (a writer thought dead still writes)."""
+
+
+def _record_key(response_id: str) -> str:
+    return f"{PREFIX}response:{response_id}"
+
+
+def _lease_key(replica: str) -> str:
+    return f"{PREFIX}lease:{replica}"
+
+
+def _control_key(replica: str) -> str:
+    return f"{PREFIX}control:{replica}"
+
+
+def _log_key(response_id: str) -> str:
+    return f"{PREFIX}log:{response_id}"
+
+
+def _meta_key(response_id: str) -> str:
+    return f"{PREFIX}logmeta:{response_id}"
+
+
+def _ms(seconds: float) -> int:
+    """A PX argument: whole milliseconds, at least 1."""
+    return max(1, math.ceil(min(seconds, _MAX_TTL_S) * 1000))
+
+
+def _entry_id(next_sequence: int) -> str:
+    """The id of the entry whose last frame is ``next_sequence - 1`` (ids must exceed 0-0)."""
+    return f"0-{next_sequence}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+async def _io(request: Awaitable[T]) -> T:
+    """Await one Redis command; the one place backend failures become `StoreError`.
+
+    ``trio.Cancelled`` is not an ``Exception`` and passes through untouched.
+    """
+    try:
+        return await request
+    except (RedisError, TimeoutError, OSError) as error:
+        raise StoreError(
+            f"The response store (Redis) is unavailable: {error or type(error).__name__}"
+        ) from error
+
+
+@final
+class _Pool(ConnectionPool[Any]):
+    """coredis 6.9's pool, minus two leaks of its slots (see the module docstring).
+
+    Each slot of the pool is either idle in it or leased. coredis loses a slot
+    (for good: after ``max_connections`` losses every command waits for a
+    connection that never comes) when
+
+    - a leased connection dies (a blocking command cancelled, timed out or cut
+      off): `release` drops the connection and not the slot; and
+    - the caller is cancelled while `get_connection` sets up a new connection
+      (connect and handshake): the slot taken for it is never put back.
+    """
+
+    async def get_connection(self, **kwargs: Any) -> Any:
+        # Uncancellable, so never cut off half-way; bounded by the pool's own
+        # timeout (and, within it, the connect and reply timeouts). Normally it
+        # takes an idle connection at once; a cancellation waits for a new
+        # connection's set-up (well under a millisecond on a healthy server).
+        with trio.CancelScope(shield=True):
+            return await super().get_connection(**kwargs)
+
+    def release(self, connection: Any) -> None:
+        super().release(connection)
+        if not connection.usable and not self._available_connections.full():
+            self._available_connections.append_nowait(None)
+
+
+# -- Lua scripts: each a single command, so atomic and safe to cancel ---------------
+
+_PUT = """
+-- KEYS: record, running. ARGV: json, id, replica, ttl_ms ('' while running)
+if ARGV[4] == '' then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+return 1
+"""
+
+_DELETE = """
+-- KEYS: record, running. ARGV: id
+redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+"""
+
+_APPEND = """
+-- KEYS: log, meta. ARGV: first, next (last + 1), data, owner, minid ('' none),
+-- ttl_ms, done ('' unless the batch ends with the terminal event)
+local written = tonumber(redis.call('HGET', KEYS[2], 'next') or '0')
+if tonumber(ARGV[2]) <= written then
+  return 0  -- this batch is stored already: a retried call
+end
+if ARGV[5] == '' then
+  redis.call('XADD', KEYS[1], '0-' .. ARGV[2], 'f', ARGV[1], 'd', ARGV[3])
+else
+  redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[5], '0-' .. ARGV[2], 'f', ARGV[1], 'd', ARGV[3])
+end
+redis.call('HSET', KEYS[2], 'owner', ARGV[4], 'next', ARGV[2])
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[2], 'done', ARGV[7])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+return 1
+"""
+
+_FINISH = """
+-- KEYS: log, meta. ARGV: retention_ms
+local written = redis.call('HGET', KEYS[2], 'next')
+if not written then
+  return 0
+end
+if not redis.call('HGET', KEYS[2], 'done') then
+  -- finished without a terminal frame (not the protocol): readers end at the last frame
+  redis.call('HSET', KEYS[2], 'done', tostring(tonumber(written) - 1))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return 1
+"""
+
+_END_LOG = """
+local function end_log(log, meta, expected, frame, retention_ms)
+  local n = tonumber(expected)
+  redis.call('XADD', log, '0-' .. tostring(n + 1), 'f', expected, 'd', frame)
+  redis.call('HSET', meta, 'next', tostring(n + 1), 'done', expected)
+  redis.call('PEXPIRE', log, retention_ms)
+  redis.call('PEXPIRE', meta, retention_ms)
+end
+"""
+
+_TERMINATE = (
+    _END_LOG
+    + """
+-- KEYS: log, meta. ARGV: expected next, terminal frame, retention_ms
+local written = redis.call('HGET', KEYS[2], 'next')
+if not written or redis.call('HGET', KEYS[2], 'done') then
+  return 0  -- no log, or it has its terminal event
+end
+if written ~= ARGV[1] then
+  return -1  -- appended to since the frame was built: build it again
+end
+end_log(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+return 1
+"""
+)
+
+_CLAIM = (
+    _END_LOG
+    + """
+-- KEYS: lease, running, record, log, meta.
+-- ARGV: id, replica, record json, record ttl_ms, expected next ('' when the log
+-- needs no terminal event), terminal frame, retention_ms
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0  -- the replica is alive
+end
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
+  return 0  -- claimed by another replica already
+end
+local written = redis.call('HGET', KEYS[5], 'next')
+local open = written and not redis.call('HGET', KEYS[5], 'done')
+if ARGV[5] == '' then
+  if open then return -1 end
+elseif not open or written ~= ARGV[5] then
+  return -1  -- the log changed since the frame was built: build it again
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+if ARGV[5] ~= '' then
+  end_log(KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[7])
+end
+return 1
+"""
+)
+
+_REQUEST_CANCEL = """
+-- KEYS: lease, control. ARGV: response id, maxlen, ttl_ms
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'id', ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+@final
+class _Redis:
+    """What the three seams share: the clients, the scripts, this replica's id."""
+
+    def __init__(
+        self,
+        commands: coredis.Redis[bytes],
+        blocking: coredis.Redis[bytes],
+        config: Config,
+    ) -> None:
+        self.commands = commands
+        self.blocking = blocking
+        self.config = config
+        self.replica = uuid.uuid4().hex
+        self.put = commands.register_script(_PUT)
+        self.delete = commands.register_script(_DELETE)
+        self.append = commands.register_script(_APPEND)
+        self.finish = commands.register_script(_FINISH)
+        self.terminate = commands.register_script(_TERMINATE)
+        self.claim = commands.register_script(_CLAIM)
+        self.request_cancel = commands.register_script(_REQUEST_CANCEL)
+
+    async def run(
+        self, script: Script[bytes], *, keys: Sequence[str], args: Sequence[str | bytes | int]
+    ) -> int:
+        """Run one of the scripts above; they all answer an integer."""
+        request: Awaitable[Any] = script(keys=keys, args=args)
+        return int(await _io(request))
+
+    async def log_end(self, response_id: str) -> int | None:
+        """The next sequence number of a log still waiting for its terminal event."""
+        written, done = await _io(self.commands.hmget(_meta_key(response_id), ["next", "done"]))
+        if written is None or done is not None:
+            return None
+        return int(written)
+
+
+def _encode_record(record: StoredResponse) -> str:
+    return _dumps(
+        {
+            "response": record.response,
+            "input_items": record.input_items,
+            "owner": record.owner,
+            "replica": record.replica,
+            "updated_at": record.updated_at,
+        }
+    )
+
+
+def _decode_record(raw: bytes) -> StoredResponse:
+    data = json.loads(raw)
+    return StoredResponse(
+        response=data["response"],
+        input_items=data["input_items"],
+        owner=data["owner"],
+        replica=data["replica"],
+        updated_at=data["updated_at"],
+    )
+
+
+@final
+class RedisStore:
+    """Implements `ResponseStore` on Redis keys (see the module docstring for the layout).
+
+    A running record names the replica running it (``record.replica``); one
+    without (None) belongs to no live replica, so any replica may recover it.
+    A replica that stalls longer than its lease (a long pause, a partition)
+    has its jobs recovered by others; if it comes back its writes win again:
+    the lease warns about it in the log, it does not fence the writer.
+    """
+
+    def __init__(self, redis: _Redis) -> None:
+        self._redis = redis
+        self._ttl_ms = _ms(redis.config.store_ttl_s)
+        self._retention_ms = _ms(redis.config.stream_retention_s)
+
+    async def put(self, record: StoredResponse) -> None:
+        record = replace(record, updated_at=time.time())
+        running = record.running
+        await self._redis.run(
+            self._redis.put,
+            keys=[_record_key(record.id), _RUNNING],
+            args=[
+                _encode_record(record),
+                record.id,
+                record.replica or "",
+                "" if running else self._ttl_ms,
+            ],
+        )
+
+    async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
+        raw = await _io(self._redis.commands.get(_record_key(response_id)))
+        if raw is None:
+            return None
+        record = _decode_record(raw)
+        return record if record.owner == owner else None
+
+    async def delete(self, response_id: str, *, owner: str | None) -> bool:
+        if await self.get(response_id, owner=owner) is None:
+            return False
+        deleted = await self._redis.run(
+            self._redis.delete, keys=[_record_key(response_id), _RUNNING], args=[response_id]
+        )
+        return bool(deleted)
+
+    async def expire(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return 0  # the records' TTLs do it
+
+    async def recover_interrupted(self) -> list[StoredResponse]:
+        """Claim, once, each running record of a replica whose lease is gone.
+
+        One script per record checks the lease is still missing and removes the
+        record from the running hash, then writes it ``failed``
+        (``server_restarted``) and ends its log with that terminal event, all
+        atomically: of several replicas recovering at once, exactly one claims
+        each record, and no claimed record is left with an open log.
+        """
+        redis = self._redis
+        running = await _io(redis.commands.hgetall(_RUNNING))
+        by_replica: dict[str, list[str]] = {}
+        for raw_id, raw_replica in running.items():
+            by_replica.setdefault(raw_replica.decode(), []).append(raw_id.decode())
+        recovered: list[StoredResponse] = []
+        for replica, response_ids in by_replica.items():
+            if replica == redis.replica:
+                continue
+            alive = bool(replica) and await _io(redis.commands.exists([_lease_key(replica)])) > 0
+            if alive:
+                continue  # its jobs are its own
+            for response_id in response_ids:
+                record = await self._claim(replica, response_id)
+                if record is not None:
+                    recovered.append(record)
+        return recovered
+
+    async def _claim(self, replica: str, response_id: str) -> StoredResponse | None:
+        redis = self._redis
+        for _ in range(_REBUILDS):
+            raw = await _io(redis.commands.get(_record_key(response_id)))
+            if raw is None:
+                # Deleted (or evicted): nothing to recover, only the hash entry to drop.
+                await _io(redis.commands.hdel(_RUNNING, [response_id]))
+                return None
+            record = replace(_decode_record(raw).interrupted(), updated_at=time.time())
+            end = await redis.log_end(response_id)
+            frame = b"" if end is None else terminal_frame(record.response, end)
+            claimed = await redis.run(
+                redis.claim,
+                keys=[
+                    _lease_key(replica),
+                    _RUNNING,
+                    _record_key(response_id),
+                    _log_key(response_id),
+                    _meta_key(response_id),
+                ],
+                args=[
+                    response_id,
+                    replica,
+                    _encode_record(record),
+                    self._ttl_ms,
+                    "" if end is None else str(end),
+                    frame,
+                    self._retention_ms,
+                ],
+            )
+            if claimed == 1:
+                return record
+            if claimed == 0:
+                return None
+            # -1: the log moved between reading it and the script (a writer thought
+            # dead is still writing, or a retried append landed): read it again.
+        logger.warning("%s: its log keeps changing; left for a later recovery", response_id)
+        return None
+
+
+@final
+class _Retained:
+    """What this process appended and finished, for `RedisEventLogs.statistics` (no I/O).
+
+    Finished logs are counted in one bucket per second of expiry, so the
+    bookkeeping stays bounded by ``stream_retention_s`` whatever the rate.
+    """
+
+    def __init__(self, retention_s: float) -> None:
+        self._retention_s = retention_s
+        self.running: dict[str, int] = {}
+        self._finished: deque[list[float]] = deque()  # [expires_at, streams, bytes]
+
+    def appended(self, response_id: str, size: int) -> None:
+        self.running[response_id] = self.running.get(response_id, 0) + size
+
+    def finished(self, response_id: str) -> None:
+        size = self.running.pop(response_id, 0)
+        expires_at = math.ceil(time.monotonic() + self._retention_s)
+        if self._finished and self._finished[-1][0] == expires_at:
+            self._finished[-1][1] += 1
+            self._finished[-1][2] += size
+        else:
+            self._finished.append([expires_at, 1, size])
+
+    def statistics(self) -> LogStatistics:
+        now = time.monotonic()
+        while self._finished and self._finished[0][0] <= now:
+            self._finished.popleft()
+        streams = len(self.running) + sum(int(bucket[1]) for bucket in self._finished)
+        size = sum(self.running.values()) + sum(int(bucket[2]) for bucket in self._finished)
+        return LogStatistics(retained_streams=streams, retained_bytes=size)
+
+
+def _split(entry: StreamEntry) -> tuple[int, list[bytes]]:
+    """The first sequence number and the frames of one stream entry."""
+    fields = entry.field_values
+    first = int(fields[b"f"])
+    # Every frame ends with b"\n\n" and holds no other (SSE framing, compact JSON).
+    parts = _raw(fields[b"d"]).split(b"\n\n")
+    frames = [part + b"\n\n" for part in parts[:-1]]
+    raw_id = _raw(entry.identifier)
+    if parts[-1] or int(raw_id.partition(b"-")[2]) != first + len(frames):
+        raise StoreError(f"The response store holds a damaged event log entry ({raw_id!r}).")
+    return first, frames
+
+
+def _frames_after(entries: Sequence[StreamEntry], cursor: int) -> list[bytes]:
+    """The frames after ``cursor`` in ``entries``, contiguous from ``cursor + 1``.
+
+    Raises:
+        SubscriberLagged: frame ``cursor + 1`` is not there (trimmed, or a hole
+            the producer left when it fell behind).
+    """
+    wanted = cursor + 1
+    frames: list[bytes] = []
+    for entry in entries:
+        first, batch = _split(entry)
+        if first + len(batch) <= wanted:
+            continue  # all at or before the cursor
+        if first > wanted:
+            if frames:
+                break  # hand out what is contiguous; the next read reports the hole
+            raise SubscriberLagged(wanted, first)
+        frames.extend(batch[wanted - first :])
+        wanted = first + len(batch)
+    return frames
+
+
+@final
+class _LogReader:
+    """Implements `LogReader` over one log's stream (`RedisEventLogs.open`)."""
+
+    def __init__(self, redis: _Redis, response_id: str, done: int | None) -> None:
+        self._redis = redis
+        self._log = _log_key(response_id)
+        self._meta = _meta_key(response_id)
+        self._done = done
+
+    async def read_after(self, cursor: int) -> list[bytes]:
+        if self._done is not None and cursor >= self._done:
+            await trio.lowlevel.checkpoint()
+            return []
+        # One command for replay and live alike: XREAD answers at once when an
+        # entry follows the cursor's id and waits (bounded) otherwise. It runs on
+        # the blocking client; if cancelled, coredis drops its connection (the
+        # reply can never reach another command) and `_Pool` recycles the slot.
+        reply = await _io(
+            self._redis.blocking.xread(
+                {self._log: _entry_id(cursor + 1)}, count=_READ_ENTRIES, block=_BLOCK_MS
+            )
+        )
+        entries = reply.get(self._log.encode()) if reply else None
+        if not entries:
+            # Quiet for a while: finished meanwhile (without a frame for this
+            # reader), deleted, or expired? Otherwise the caller asks again.
+            owner, done = await _io(self._redis.commands.hmget(self._meta, ["owner", "done"]))
+            if done is not None:
+                self._done = int(done)
+            elif owner is None:
+                self._done = cursor  # the log is gone: nothing more will come
+            return []
+        frames = _frames_after(entries, cursor)
+        if frames and is_terminal_frame(frames[-1]):
+            self._done = cursor + len(frames)
+        return frames
+
+    def complete_through(self) -> int | None:
+        return self._done
+
+    def close(self) -> None:
+        pass  # holds nothing between reads
+
+
+@final
+class RedisEventLogs:
+    """Implements `EventLogStore` with one Redis Stream per response (live)."""
+
+    live = True
+
+    def __init__(self, redis: _Redis) -> None:
+        self._redis = redis
+        config = redis.config
+        self._replay_events = config.replay_events
+        self._safety_ttl_ms = _ms(config.store_ttl_s)
+        self._retention_ms = _ms(config.stream_retention_s)
+        self._retained = _Retained(config.stream_retention_s)
+
+    async def append(
+        self, response_id: str, frames: Sequence[bytes], *, first: int, owner: str | None
+    ) -> None:
+        if not frames:
+            await trio.lowlevel.checkpoint()
+            return
+        data = b"".join(frames)
+        after = first + len(frames)  # the next sequence number once these are stored
+        min_id = after - self._replay_events + 1  # entries below hold only older events
+        stored = await self._redis.run(
+            self._redis.append,
+            keys=[_log_key(response_id), _meta_key(response_id)],
+            args=[
+                first,
+                after,
+                data,
+                _dumps(owner),
+                _entry_id(min_id) if min_id > 1 else "",
+                # A log whose job dies unnoticed still goes, eventually.
+                self._safety_ttl_ms,
+                after - 1 if is_terminal_frame(frames[-1]) else "",
+            ],
+        )
+        if stored:  # not a retried call
+            self._retained.appended(response_id, len(data))
+
+    async def finish(self, response_id: str, log: EventLog, *, owner: str | None) -> None:
+        # The frames are in Redis already (`append`); `log` is the in-process copy.
+        await self._redis.run(
+            self._redis.finish,
+            keys=[_log_key(response_id), _meta_key(response_id)],
+            args=[self._retention_ms],
+        )
+        self._retained.finished(response_id)
+
+    async def open(
+        self, response_id: str, *, owner: str | None, starting_after: int
+    ) -> Subscription | None:
+        commands = self._redis.commands
+        stored_owner, written, done = await _io(
+            commands.hmget(_meta_key(response_id), ["owner", "next", "done"])
+        )
+        if stored_owner is None or written is None or json.loads(stored_owner) != owner:
+            return None
+        head = await _io(commands.xrange(_log_key(response_id), "-", "+", count=1))
+        oldest = _split(head[0])[0] if head else int(written)
+        if starting_after + 1 < oldest:
+            raise SubscriberLagged(starting_after + 1, oldest)
+        reader = _LogReader(self._redis, response_id, None if done is None else int(done))
+        return ReaderSubscription(reader, starting_after)
+
+    async def terminate(self, record: StoredResponse) -> None:
+        redis = self._redis
+        for _ in range(_REBUILDS):
+            end = await redis.log_end(record.id)
+            if end is None:
+                return  # no log, or it has its terminal event
+            ended = await redis.run(
+                redis.terminate,
+                keys=[_log_key(record.id), _meta_key(record.id)],
+                args=[str(end), terminal_frame(record.response, end), self._retention_ms],
+            )
+            if ended != -1:
+                return
+        raise StoreError(f"The event log of {record.id} keeps changing; it was not ended.")
+
+    async def delete(self, response_id: str) -> None:
+        await _io(self._redis.commands.delete([_log_key(response_id), _meta_key(response_id)]))
+        self._retained.running.pop(response_id, None)
+
+    async def expire(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return 0  # the logs' TTLs do it
+
+    def statistics(self) -> LogStatistics:
+        """Logs this process appended to and finished (still within their retention).
+
+        Approximate: trimming, deletion and other replicas' logs are not counted.
+        """
+        return self._retained.statistics()
+
+
+@final
+class RedisControl:
+    """Implements `Control`: a lease per replica and a control stream of cancel messages."""
+
+    def __init__(self, redis: _Redis) -> None:
+        self._redis = redis
+        self.replica = redis.replica
+        config = redis.config
+        self._lease_ms = _ms(config.job_lease_s)
+        self._beat_s = config.job_lease_s / 3
+        self._control_ttl_ms = _ms(max(60.0, 3 * config.job_lease_s))
+        self._cleanup_s = config.cleanup_timeout_s
+        self._lease = _lease_key(self.replica)
+        self._control = _control_key(self.replica)
+        self._lease_value = f"{socket.gethostname()}:{os.getpid()}"
+
+    async def run(
+        self,
+        on_cancel: CancelHandler,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Heartbeat the lease and deliver cancel messages, until cancelled.
+
+        Reports started once the lease is set. Messages are read from the start
+        of this replica's control stream (new with the replica id), so none sent
+        after that is missed. Backend errors are logged and retried with backoff;
+        on cancellation the lease is removed so others may recover at once.
+        """
+        started = False
+        last_id = "0-0"
+        next_beat = trio.current_time()
+        delay = _RETRY_FIRST_S
+        try:
+            while True:
+                try:
+                    if trio.current_time() >= next_beat:
+                        await self._beat(first=not started)
+                        next_beat = trio.current_time() + self._beat_s
+                        if not started:
+                            started = True
+                            task_status.started()
+                    wait_ms = math.ceil((next_beat - trio.current_time()) * 1000)
+                    reply = await _io(
+                        self._redis.blocking.xread(
+                            {self._control: last_id},
+                            count=100,
+                            block=min(_BLOCK_MS, max(1, wait_ms)),
+                        )
+                    )
+                    for entry in (reply or {}).get(self._control.encode(), ()):
+                        last_id = _text(entry.identifier)
+                        response_id = _text(entry.field_values[b"id"])
+                        try:
+                            on_cancel(response_id)
+                        except Exception:
+                            logger.exception("cancel handler failed for %s", response_id)
+                    delay = _RETRY_FIRST_S
+                except StoreError as error:
+                    logger.warning("control loop: %s; retrying in %.2f s", error, delay)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, _RETRY_MAX_S)
+        finally:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + self._cleanup_s
+                try:
+                    await _io(self._redis.commands.delete([self._lease, self._control]))
+                except StoreError as error:
+                    logger.warning("could not remove this replica's lease: %s", error)
+
+    async def _beat(self, *, first: bool) -> None:
+        commands = self._redis.commands
+        if not first:
+            refreshed = await _io(
+                commands.set(
+                    self._lease, self._lease_value, px=self._lease_ms, condition=PureToken.XX
+                )
+            )
+            if refreshed:
+                return
+            logger.warning(
+                "replica %s: its lease expired before this heartbeat; other replicas may "
+                "have ended its responses as server_restarted",
+                self.replica,
+            )
+        await _io(commands.set(self._lease, self._lease_value, px=self._lease_ms))
+
+    async def request_cancel(self, record: StoredResponse) -> bool:
+        replica = record.replica
+        if not replica:
+            await trio.lowlevel.checkpoint()
+            return False
+        sent = await self._redis.run(
+            self._redis.request_cancel,
+            keys=[_lease_key(replica), _control_key(replica)],
+            args=[record.id, _CONTROL_MAXLEN, self._control_ttl_ms],
+        )
+        return bool(sent)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _raw(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _client(
+    url: str, *, stream_timeout_s: float, max_connections: int | None
+) -> coredis.Redis[bytes]:
+    pool = _Pool.from_url(
+        url,
+        decode_responses=False,
+        stream_timeout=stream_timeout_s,
+        connect_timeout=_CONNECT_TIMEOUT_S,
+        max_connections=max_connections,
+        # Waiting longer than this for a (new) connection is a failure, not a hang.
+        timeout=_CONNECT_TIMEOUT_S,
+    )
+    return coredis.Redis(connection_pool=pool, decode_responses=False)
+
+
+@asynccontextmanager
+async def open_redis_state(url: str, config: Config) -> AsyncIterator[State]:
+    """The Redis backend at ``url``; checks the server answers, closes the clients on exit.
+
+    Raises:
+        StoreError: the server cannot be reached (or refuses the connection).
+    """
+    commands = _client(url, stream_timeout_s=_COMMAND_TIMEOUT_S, max_connections=None)
+    blocking = _client(
+        url,
+        stream_timeout_s=_BLOCK_MS / 1000 + _COMMAND_TIMEOUT_S,
+        max_connections=_BLOCKING_CONNECTIONS,
+    )
+    # The clients' pools are task groups: they must be exited inside the scope
+    # that was current when they were entered. `closing` is that scope, made
+    # shielded and given the cleanup budget when it is time to close.
+    closing = trio.CancelScope()
+    with closing:
+        stack = AsyncExitStack()
+        try:
+            await stack.enter_async_context(commands)
+            await stack.enter_async_context(blocking)
+            with trio.move_on_after(max(config.cleanup_timeout_s, _CONNECT_TIMEOUT_S)) as ping:
+                await _io(commands.ping())
+            if ping.cancelled_caught:
+                raise StoreError("no answer to PING in time")
+        except StoreError as error:
+            await _close(stack, closing, config)
+            raise StoreError(f"Cannot use Redis at {_redacted(url)}: {error.message}") from error
+        except BaseException:
+            await _close(stack, closing, config)
+            raise
+        redis = _Redis(commands, blocking, config)
+        try:
+            yield State(
+                kind="redis",
+                store=RedisStore(redis),
+                logs=RedisEventLogs(redis),
+                control=RedisControl(redis),
+            )
+        finally:
+            # Closed with no exception passed in: the pools' task groups would wrap
+            # the body's exception in an ExceptionGroup; this way it leaves as it came.
+            await _close(stack, closing, config)
+    if closing.cancelled_caught:
+        logger.warning("closing the Redis clients took longer than %s s", config.cleanup_timeout_s)
+
+
+async def _close(stack: AsyncExitStack, closing: trio.CancelScope, config: Config) -> None:
+    closing.shield = True
+    closing.deadline = trio.current_time() + config.cleanup_timeout_s
+    await stack.aclose()
