@@ -179,10 +179,14 @@ class JobRunner:
             echo=request_echo(request),
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )
-        started: Job = await self._nursery.start(
-            self._run, job, prepared.plan, name=f"job {response_id}"
-        )
-        return ResponseHandle(started.id, request.background, request.stream, started)
+        try:
+            await self._nursery.start(self._run, job, prepared.plan, name=f"job {response_id}")
+        except BaseException:
+            # Cancelled just after the job started: its creator will never see it.
+            if not job.background and self._running.get(job.id) is job:
+                job.cancel()
+            raise
+        return ResponseHandle(job.id, request.background, request.stream, job)
 
     async def _run(self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[Job]) -> None:
         recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)

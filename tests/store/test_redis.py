@@ -312,7 +312,8 @@ async def test_cancelled_blocking_reads_leave_the_clients_healthy(
             assert cancelled > 40
             # Nothing was consumed by the cancelled reads, and the next one still works.
             await append(state, job, job.tokens(3))
-            with trio.fail_after(2):
+            # Generous: on a loaded machine a slot may come back only at the pool timeout.
+            with trio.fail_after(15):
                 frames = await subscription.receive_frames()
             assert frames == job.frames[-3:]
         for attempt in range(20):
