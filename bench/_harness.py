@@ -14,15 +14,43 @@ import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import trio
 
 MODEL = "gpt-oss-scripted"
 
 
+@dataclass(frozen=True)
+class Server:
+    """A server child process: where it listens and its pid."""
+
+    host: str
+    port: int
+    pid: int
+
+    def rss_bytes(self) -> int:
+        """Resident set size now (``VmRSS`` of ``/proc/PID/status``)."""
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no VmRSS for pid {self.pid}")
+
+
 @asynccontextmanager
 async def running_server(*flags: str) -> AsyncIterator[tuple[str, int]]:
     """Start ``trio-responses serve FLAGS`` on a free port; yields (host, port)."""
+    async with server_process(*flags) as server:
+        yield server.host, server.port
+
+
+@asynccontextmanager
+async def server_process(*flags: str) -> AsyncIterator[Server]:
+    """Start ``trio-responses serve FLAGS`` on a free port; yields the `Server`.
+
+    Several may run at once (each picks its own port).
+    """
     host, port = "127.0.0.1", _free_port()
     process = await trio.lowlevel.open_process(
         [
@@ -41,10 +69,11 @@ async def running_server(*flags: str) -> AsyncIterator[tuple[str, int]]:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        await _wait_healthy(host, port)
-        yield host, port
+        await _wait_healthy(host, port, process)
+        yield Server(host, port, process.pid)
     finally:
-        process.send_signal(signal.SIGTERM)
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
         with trio.move_on_after(10):
             await process.wait()
         if process.returncode is None:
@@ -59,9 +88,11 @@ def _free_port() -> int:
         return port
 
 
-async def _wait_healthy(host: str, port: int) -> None:
+async def _wait_healthy(host: str, port: int, process: trio.Process) -> None:
     with trio.fail_after(60):
         while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited with status {process.returncode}")
             try:
                 stream = await trio.open_tcp_stream(host, port)
             except OSError:
@@ -71,6 +102,10 @@ async def _wait_healthy(host: str, port: int) -> None:
                 await stream.send_all(b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n")
                 if (await stream.receive_some(1024)).startswith(b"HTTP/1.1 200"):
                     return
+
+
+def get_bytes(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
 
 
 def request_bytes(body: dict[str, object], path: str = "/v1/responses") -> bytes:

@@ -3,10 +3,11 @@
 The recorder is the only writer of a job's stored state (SPEC §12). It writes
 
 - the ``queued`` record before the job is reported started (`start`);
-- while the job runs, on durable backends (SQLite, Redis): every new batch of
-  frames of a background job's log, and the record whenever its status or its
-  finished items change, so another replica (or a restarted process) sees the
-  response as it stands (`follow`, a task in the job's nursery);
+- while the job runs, on durable backends (SQLite, Redis): the new frames of a
+  background job's log, gathered over the backend's ``write_interval_s`` into one
+  write, and the record whenever its status or its finished items have changed,
+  so another replica (or a restarted process) sees the response as it stands
+  (`follow`, a task in the job's nursery);
 - the final record, and the finished log for replay (`finish`).
 
 Every write is retried boundedly (`with_retries`) and shielded under the
@@ -98,8 +99,13 @@ class Recorder:
                 if not self._state.durable or not (self._stores or self._writes_log):
                     return
                 log = self._job.log
+                interval = self._state.logs.write_interval_s
                 while not log.closed:
                     await log.wait_after(self._cursor)
+                    # Gather what follows into the same write (the end is `finish`'s).
+                    await trio.sleep(interval)
+                    if log.closed:
+                        return
                     with trio.CancelScope(shield=True) as scope:
                         scope.deadline = trio.current_time() + self._budget_s
                         try:

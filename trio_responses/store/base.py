@@ -154,6 +154,11 @@ class EventLogStore(Protocol):
     the process and other replicas can follow it. False: the backend keeps the
     finished in-process ring (`finish`) and nothing else."""
 
+    write_interval_s: float
+    """How long the recorder gathers frames before each `append` (live backends): the
+    price of a write against how fresh the stored log is. A response shorter than
+    this is written once, when it ends."""
+
     async def append(
         self, response_id: str, frames: Sequence[bytes], *, first: int, owner: str | None
     ) -> None:

@@ -105,6 +105,7 @@ class MemoryEventLogs:
     """Implements `EventLogStore` by keeping finished in-process rings."""
 
     live = False
+    write_interval_s = 0.0
 
     def __init__(self, retention: StreamRetention) -> None:
         self._retention = retention

@@ -329,6 +329,9 @@ class SqliteEventLogs:
     """Implements `EventLogStore` in the ``logs`` and ``log_batches`` tables."""
 
     live = True
+    # Durability, not freshness: nobody else reads a running log, so a crash loses
+    # at most this much of it, and most responses are written once, at the end.
+    write_interval_s = 0.2
 
     def __init__(
         self,
