@@ -15,12 +15,13 @@ from trio_responses import Config, open_responses_service
 
 async def main() -> None:
     async with open_responses_service(Config()) as service:
-        job = await service.create({"model": "gpt-oss-scripted", "input": "tokens:12"})
-        async for event in await service.subscribe(job.id):
-            if event["type"] == "response.output_text.delta":
-                print(event["delta"], end="", flush=True)
+        handle = await service.create({"model": "gpt-oss-scripted", "input": "tokens:12"})
+        with handle.subscribe() as events:
+            async for event in events:
+                if event["type"] == "response.output_text.delta":
+                    print(event["delta"], end="", flush=True)
         print()
-        response = await service.wait(job.id)
+        response = await handle.wait()
         print(response["status"], response["usage"]["output_tokens"], "output tokens")
 
 
