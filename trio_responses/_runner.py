@@ -195,11 +195,12 @@ class JobRunner:
             self._idle = trio.Event()
         try:
             try:
-                await recorder.start()
+                await recorder.start()  # the queued record
+                job.builder.start()  # response.created (and response.queued)
+                await recorder.publish_created()  # readers anywhere find the log at once
             except BaseException:
                 await recorder.forget()
                 raise
-            job.builder.start()
             logger.info(
                 "%s created (background=%s, stream=%s)",
                 job.id,

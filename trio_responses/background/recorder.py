@@ -2,7 +2,8 @@
 
 The recorder is the only writer of a job's stored state (SPEC §12). It writes
 
-- the ``queued`` record before the job is reported started (`start`);
+- the ``queued`` record, and (live backends) the first frames of a background
+  log, before the job is reported started (`start`, `publish_created`);
 - while the job runs, on durable backends (SQLite, Redis): the new frames of a
   background job's log, gathered over the backend's ``write_interval_s`` into one
   write, and the record whenever its status or its finished items have changed,
@@ -74,15 +75,27 @@ class Recorder:
             await with_retries(self._put)
             self._recorded = (self._job.status, 0)
 
+    async def publish_created(self) -> None:
+        """Write the first frames (``response.created``…) of a live background log, so a
+        reader on another replica finds the log as soon as the create has returned.
+
+        Raises:
+            StoreError: the backend stayed unavailable.
+        """
+        if self._writes_log:
+            await with_retries(self._write_frames)
+
     async def forget(self) -> None:
-        """Undo `start` (the create failed or was cancelled). Shielded and bounded."""
-        if not self._stores:
-            return
+        """Undo `start` and `publish_created` (the create failed or was cancelled).
+        Shielded and bounded."""
         job = self._job
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + self._budget_s
             try:
-                await self._state.store.delete(job.id, owner=job.owner)
+                if self._stores:
+                    await self._state.store.delete(job.id, owner=job.owner)
+                if self._writes_log:
+                    await self._state.logs.delete(job.id)
             except StoreError:
                 logger.warning("%s: could not remove the record of a failed create", job.id)
 
