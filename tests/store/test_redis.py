@@ -1,8 +1,9 @@
 """The Redis backend's own behaviour, on a real redis-server (tests/redis_server.py).
 
 What every backend must do is in the contract suite; here: the key layout and
-TTLs, two replicas sharing one server (records, live logs, cancels, recovery
-of a dead replica), trimming, and the safety of cancelled blocking reads.
+TTLs, the count and byte bounds (their indexes, and members whose keys expired),
+two replicas sharing one server (records, live logs, cancels, recovery of a dead
+replica), trimming, bounded reads, and the safety of cancelled blocking reads.
 """
 
 from __future__ import annotations
@@ -143,6 +144,85 @@ async def test_running_records_have_no_ttl_and_are_listed(url: str, redis: Redis
         assert redis.cli("HLEN", PREFIX + "running") == "0"
 
 
+def finished_index(redis: RedisServer) -> list[str]:
+    """The ids in ``finished``, oldest first."""
+    listed = redis.cli("ZRANGE", PREFIX + "finished", "0", "-1")
+    return listed.split() if listed else []
+
+
+def retained_index(redis: RedisServer) -> list[str]:
+    """The ids in ``retained``, oldest first."""
+    listed = redis.cli("ZRANGE", PREFIX + "retained", "0", "-1")
+    return listed.split() if listed else []
+
+
+async def test_finished_records_are_bounded_by_count(url: str, redis: RedisServer) -> None:
+    async with replica(url, max_stored_responses=3) as state:
+        store = state.store
+        runners = [Job(f"resp_run_{n}") for n in range(2)]
+        for runner in runners:
+            await store.put(runner.record(state.control.replica))
+        done = [Job(f"resp_done_{n}") for n in range(5)]
+        for job in done:
+            job.complete()
+            await store.put(job.record(None))
+        # The oldest finished went first; running records are not even candidates.
+        present = [await store.get(job.builder.id, owner=OWNER) is not None for job in done]
+        assert present == [False, False, True, True, True]
+        assert finished_index(redis) == [job.builder.id for job in done[2:]]
+        for runner in runners:
+            assert await store.get(runner.builder.id, owner=OWNER) is not None
+        assert redis.cli("EXISTS", PREFIX + f"response:{done[0].builder.id}") == "0"
+
+        # A running record that finishes is the newest finished one.
+        running = runners[0].record(state.control.replica)
+        runners[0].complete()
+        await store.put(runners[0].record(None))
+        assert finished_index(redis) == [
+            done[3].builder.id,
+            done[4].builder.id,
+            runners[0].builder.id,
+        ]
+        assert await store.get(done[2].builder.id, owner=OWNER) is None
+        # Put back to running (a test, not the service): out of the index, never evicted.
+        await store.put(running)
+        assert runners[0].builder.id not in finished_index(redis)
+        # A finished record written again counts once, as the newest.
+        await store.put(done[3].record(None))
+        assert finished_index(redis) == [done[4].builder.id, done[3].builder.id]
+        assert await store.delete(done[4].builder.id, owner=OWNER)
+        assert finished_index(redis) == [done[3].builder.id]
+        for runner in runners:
+            assert await store.get(runner.builder.id, owner=OWNER) is not None
+
+
+async def test_records_their_ttl_removed_leave_the_index(url: str, redis: RedisServer) -> None:
+    async with replica(url, max_stored_responses=3, store_ttl_s=0.2) as state:
+        store = state.store
+        old = [Job(f"resp_old_{n}") for n in range(3)]
+        for job in old:
+            job.complete()
+            await store.put(job.record(None))
+        # A member whose key is gone already (expired, or removed by hand) is harmless.
+        redis.cli("ZADD", PREFIX + "finished", "1", "resp_ghost")
+        await trio.sleep(0.3)
+        assert redis.cli("EXISTS", PREFIX + f"response:{old[0].builder.id}") == "0"
+        assert await store.expire() == 4
+        assert finished_index(redis) == []
+
+    async with replica(url, max_stored_responses=2) as state:
+        store = state.store
+        redis.cli("ZADD", PREFIX + "finished", "1", "resp_ghost")
+        new = [Job(f"resp_new_{n}") for n in range(3)]
+        for job in new:
+            job.complete()
+            await store.put(job.record(None))
+        # The ghost was popped first (deleting a missing key), then the oldest record.
+        assert finished_index(redis) == [job.builder.id for job in new[1:]]
+        assert await store.get(new[0].builder.id, owner=OWNER) is None
+        assert await store.expire() == 0
+
+
 async def test_a_record_put_by_one_replica_is_read_by_another(url: str) -> None:
     job = Job()
     async with replica(url) as a, replica(url) as b:
@@ -248,12 +328,102 @@ async def test_append_is_idempotent_and_finish_sets_the_retention(
         assert await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1) is None
 
 
-async def test_a_trimmed_log_reports_lag(url: str) -> None:
+async def finish_log(state: State, job: Job) -> None:
+    await append(state, job, job.take())
+    await append(state, job, job.complete())
+    await state.logs.finish(job.builder.id, UNUSED_LOG, owner=OWNER)
+
+
+async def test_finished_logs_are_bounded_by_count_and_bytes(url: str, redis: RedisServer) -> None:
+    jobs = [Job(f"resp_{n}") for n in range(6)]
+    for job in jobs:
+        job.tokens(20)
+        job.complete()
+        job.written = 0  # nothing appended yet
+    size = sum(map(len, jobs[0].frames))  # the same for each (ids of the same length)
+    assert {sum(map(len, job.frames)) for job in jobs} == {size}
+    async with replica(url, max_retained_streams=3, retained_stream_bytes=2 * size + 10) as state:
+        running = Job("resp_running")
+        await append(state, running, running.tokens(3))
+        for job in jobs:
+            await append(state, job, job.take())
+            await state.logs.finish(job.builder.id, UNUSED_LOG, owner=OWNER)
+        # The byte limit holds two of these logs; the oldest went, with their keys.
+        assert retained_index(redis) == ["resp_4", "resp_5"]
+        for job in jobs[:4]:
+            assert await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1) is None
+            assert redis.cli("EXISTS", f"{PREFIX}log:{job.builder.id}") == "0"
+            assert redis.cli("EXISTS", f"{PREFIX}logmeta:{job.builder.id}") == "0"
+        assert redis.cli("HKEYS", PREFIX + "retained:bytes").split() == ["resp_4", "resp_5"]
+        assert int(redis.cli("HGET", PREFIX + "retained:bytes", "resp_5")) == size
+        assert int(redis.cli("GET", PREFIX + "retained:total")) == 2 * size
+        statistics = state.logs.statistics()
+        assert statistics.retained_streams == 2 + 1  # and the running one
+        assert statistics.retained_bytes == 2 * size + sum(map(len, running.frames))
+        # Running logs are never evicted.
+        subscription = await state.logs.open("resp_running", owner=OWNER, starting_after=-1)
+        assert subscription is not None
+        with subscription:
+            assert await subscription.receive_frames() == running.frames
+
+        await state.logs.delete("resp_4")
+        assert retained_index(redis) == ["resp_5"]
+        assert int(redis.cli("GET", PREFIX + "retained:total")) == size
+        assert state.logs.statistics().retained_streams == 1 + 1
+
+        # A log larger than the byte limit stays while it is the newest.
+        big = Job("resp_big")
+        await append(state, big, big.tokens(200))
+        await finish_log(state, big)
+        assert retained_index(redis) == ["resp_big"]
+        assert await state.logs.open("resp_big", owner=OWNER, starting_after=-1) is not None
+
+
+async def test_logs_their_ttl_removed_leave_the_index(url: str, redis: RedisServer) -> None:
+    async with replica(url, stream_retention_s=0.2) as state:
+        for n in range(3):
+            await finish_log(state, Job(f"resp_{n}"))
+        # A member whose keys are gone already (expired, or removed by hand) is harmless.
+        redis.cli("ZADD", PREFIX + "retained", "1", "resp_ghost")
+        assert state.logs.statistics().retained_streams == 3  # as the last finish reported
+        await trio.sleep(0.3)
+        assert await state.logs.expire() == 4
+        assert retained_index(redis) == []
+        assert redis.cli("HLEN", PREFIX + "retained:bytes") == "0"
+        assert redis.cli("GET", PREFIX + "retained:total") == "0"
+        assert state.logs.statistics().retained_streams == 0
+
+    async with replica(url, max_retained_streams=1) as state:
+        redis.cli("ZADD", PREFIX + "retained", "1", "resp_ghost")
+        await finish_log(state, Job("resp_new"))
+        assert retained_index(redis) == ["resp_new"]
+
+
+async def test_recovery_and_terminate_keep_the_bounds(url: str, redis: RedisServer) -> None:
+    async with replica(url, max_stored_responses=1, max_retained_streams=1) as state:
+        cut = Job("resp_cut")
+        await append(state, cut, cut.tokens(3))
+        await state.logs.terminate(cut.record("gone").interrupted())
+        assert retained_index(redis) == ["resp_cut"]
+        dead = Job("resp_dead")
+        await state.store.put(dead.record("gone-replica"))
+        await append(state, dead, dead.tokens(3))
+        assert [record.id for record in await state.store.recover_interrupted()] == ["resp_dead"]
+        assert finished_index(redis) == ["resp_dead"]
+        assert retained_index(redis) == ["resp_dead"]  # resp_cut evicted by the claim
+        assert redis.cli("EXISTS", f"{PREFIX}log:resp_cut") == "0"
+
+
+async def test_a_trimmed_log_reports_lag(url: str, redis: RedisServer) -> None:
     job = Job()
     async with replica(url, replay_events=100) as state:
         for _ in range(100):
             await append(state, job, job.tokens(10))
         total = len(job.frames)
+        # The log's byte count follows the trimming: the entries kept, exactly.
+        kept = redis.cli("XLEN", f"{PREFIX}log:{job.builder.id}")
+        stored = int(redis.cli("HGET", f"{PREFIX}logmeta:{job.builder.id}", "bytes"))
+        assert stored == sum(map(len, job.frames[total - int(kept) * 10 :]))
         with pytest.raises(SubscriberLagged) as lagged:
             await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1)
         oldest = lagged.value.oldest
@@ -282,6 +452,71 @@ async def test_resuming_in_the_middle_of_a_long_log_is_fast(url: str) -> None:
             timings.append(time.perf_counter() - started)
             assert sequence_numbers(frames)[0] == 12_346
     assert min(timings) < 0.05, timings
+
+
+async def test_a_large_batch_is_stored_as_several_entries(
+    url: str, redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_backend, "_ENTRY_BYTES", 2_000)
+    job = Job()
+    async with replica(url) as state:
+        batch = job.tokens(30)  # about 8 KB
+        await append(state, job, batch)
+        await append(state, job, batch)  # a retried call: all of it or nothing
+        log = f"{PREFIX}log:{job.builder.id}"
+        entries = int(redis.cli("XLEN", log))
+        assert 4 <= entries <= 6
+        assert redis.cli("XREVRANGE", log, "+", "-", "COUNT", "1").split()[0] == (
+            f"0-{len(job.frames)}"
+        )
+        meta = f"{PREFIX}logmeta:{job.builder.id}"
+        assert int(redis.cli("HGET", meta, "bytes")) == sum(map(len, job.frames))
+        await append(state, job, job.complete())
+        await state.logs.finish(job.builder.id, UNUSED_LOG, owner=OWNER)
+        for cursor in (-1, 3, 17, 30):
+            subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=cursor)
+            assert subscription is not None
+            assert await read_all(subscription) == job.frames[cursor + 1 :]
+
+
+async def test_reads_are_bounded_by_bytes(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    budget = 8_000
+    monkeypatch.setattr(redis_backend, "_READ_BYTES", budget)
+    job = Job()
+    entries: list[list[bytes]] = []
+    async with replica(url) as state:
+        # Entries of 1 to 60 frames (a frame is about 270 bytes).
+        for count in (1, 2, 40, 3, 1, 60, 5, 5, 5, 5, 5, 5, 20, 1, 1, 1, 30, 2):
+            batch = job.tokens(count)
+            entries.append(batch)
+            await append(state, job, batch)
+        await append(state, job, job.complete())
+        await state.logs.finish(job.builder.id, UNUSED_LOG, owner=OWNER)
+        assert max(sum(map(len, entry)) for entry in entries) > budget
+        for cursor in (-1, 0, 5, 44, 100, 111, 150):
+            subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=cursor)
+            assert subscription is not None
+            received: list[bytes] = []
+            with subscription:
+                while batch := await subscription.receive_frames():
+                    # Entries over the budget are cut: each read stays within it.
+                    assert sum(map(len, batch)) <= budget
+                    received.extend(batch)
+            assert received == job.frames[cursor + 1 :]
+        # A frame larger than the budget is still handed out, alone.
+        monkeypatch.setattr(redis_backend, "_READ_BYTES", 10)
+        subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=50)
+        assert subscription is not None
+        with subscription:
+            assert await subscription.receive_frames() == job.frames[51:52]
+            assert await subscription.receive_frames() == job.frames[52:53]
+        monkeypatch.setattr(redis_backend, "_READ_BYTES", budget)
+        # Small entries are gathered up to the budget (after 111: entries of 5 frames).
+        subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=111)
+        assert subscription is not None
+        with subscription:
+            batch = await subscription.receive_frames()
+        assert len(batch) >= 20 and sum(map(len, batch)) <= budget
 
 
 async def test_cancelled_blocking_reads_leave_the_clients_healthy(
@@ -428,6 +663,8 @@ async def test_a_dead_replicas_job_is_recovered_once(url: str, redis: RedisServe
         assert last["sequence_number"] == len(job.frames)
         assert last["response"]["error"]["code"] == "server_restarted"
         assert 0 < pttl(redis, f"log:{job.builder.id}") <= 600_000
+        assert job.builder.id in finished_index(redis)
+        assert job.builder.id in retained_index(redis)
         controls.cancel_scope.cancel()
 
 

@@ -19,21 +19,39 @@ Key layout (``PREFIX`` is ``trio-responses:``)::
     PREFIX response:{id}    string  JSON {response, input_items, owner, replica, updated_at};
                                     no TTL while running, PX store_ttl_s once finished
     PREFIX running          hash    response id → replica running it ("" when unknown)
+    PREFIX finished         zset    id of each finished record, scored by its finish time
     PREFIX lease:{replica}  string  "host:pid", PX job_lease_s, refreshed every job_lease_s/3
     PREFIX control:{replica} stream cancel messages for that replica: {id: response id}
-    PREFIX log:{id}         stream  one entry per `append` batch: id 0-{last + 1},
-                                    fields f (first sequence number), d (the frames, concatenated)
-    PREFIX logmeta:{id}     hash    owner (JSON), next (next sequence number),
-                                    done (the terminal event's number, once written)
+    PREFIX log:{id}         stream  an entry per `append` batch (per _ENTRY_BYTES of it):
+                                    id 0-{last + 1}, fields f (first sequence number),
+                                    d (the frames, concatenated)
+    PREFIX logmeta:{id}     hash    owner (JSON), next (next sequence number), bytes (of
+                                    the entries kept), done (the terminal event's number,
+                                    once written)
+    PREFIX retained         zset    id of each finished log, scored by its finish time
+    PREFIX retained:bytes   hash    finished log id → its bytes (logmeta's, when it finished)
+    PREFIX retained:total   string  the sum of retained:bytes
+
+Finish times are the server's clock (``TIME``, microseconds), so every replica
+orders them alike.
 
 Bounds: Redis TTLs expire finished records (``store_ttl_s``) and finished logs
 (``stream_retention_s``); each log is trimmed to about ``replay_events`` events.
-There is no count limit on records or logs (``max_stored_responses``,
-``max_retained_streams``): size the server's memory and its ``maxmemory``
-policy instead. `expire` is therefore a no-op here.
+The count limits hold as well, the oldest finished first, as in the other
+backends: the script that finishes a record (`RedisStore.put`, a recovery's
+claim) evicts the oldest finished records beyond ``max_stored_responses``, and
+the scripts that finish a log (`RedisEventLogs.finish`, `terminate`, a claim)
+evict the oldest finished logs beyond ``max_retained_streams`` or
+``retained_stream_bytes`` (the newest stays, however large). Running records
+and logs are never evicted. A member of ``finished`` or ``retained`` whose key
+its TTL removed is dropped when met: by score (older than the TTL) in those
+scripts and in `expire`, or when a trim pops it (deleting a missing key is
+harmless).
 
 Entry ids encode sequence numbers, so a reader at cursor ``c`` asks for ids
-after ``0-{c + 1}`` and skips the frames ``≤ c`` of the first entry it gets.
+after ``0-{c + 1}``; its script leaves out the frames ``≤ c`` of the first entry
+and hands out about ``_READ_BYTES`` of frames (at least one), cutting an entry
+larger than that: resuming costs the same early or late in a long log.
 
 Cancellation: coredis answers requests in order on a multiplexed connection,
 so an ordinary command whose caller is cancelled leaves its reply to be read
@@ -54,7 +72,7 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -82,11 +100,23 @@ T = TypeVar("T")
 
 PREFIX = "trio-responses:"
 _RUNNING = PREFIX + "running"
+_FINISHED = PREFIX + "finished"
+_RETAINED = PREFIX + "retained"
+_RETAINED_BYTES = PREFIX + "retained:bytes"
+_RETAINED_TOTAL = PREFIX + "retained:total"
+_RETAINED_KEYS = (_RETAINED, _RETAINED_BYTES, _RETAINED_TOTAL)
+"""The keys of the finished-log index, last in every script that changes it."""
 
 _BLOCK_MS = 1_000
 """Longest ``XREAD BLOCK``: a quiet reader returns ``[]`` this often and is asked again."""
-_READ_ENTRIES = 16
-"""Stream entries (append batches) per read."""
+_ENTRY_BYTES = 1 << 16
+"""Most bytes of frames in one stream entry (at least one frame): a larger `append`
+batch becomes several entries, so that no read fetches much more than it hands out."""
+_READ_BYTES = 1 << 18
+"""Most bytes of frames one read hands out (at least one frame): one SSE write's worth."""
+_READ_ENTRIES = 1_024
+"""Most stream entries one read fetches (it stops at `_READ_BYTES` well before, unless
+the entries are tiny)."""
 _COMMAND_TIMEOUT_S = 10.0
 """A reply that takes longer means the server is in trouble: `StoreError`."""
 _CONNECT_TIMEOUT_S = 5.0
@@ -177,112 +207,357 @@ class _Pool(ConnectionPool[Any]):
 
 
 # -- Lua scripts: each a single command, so atomic and safe to cancel ---------------
+#
+# The scripts that change the finished-log index (``retained``) answer
+# {status, retained count, retained bytes}; `_Redis.run` keeps the two figures for
+# `RedisEventLogs.statistics`. Keys evicted by a trim are named in the script from
+# ARGV's prefix (one server or a primary: not Cluster).
 
-_PUT = """
--- KEYS: record, running. ARGV: json, id, replica, ttl_ms ('' while running)
+_HELPERS = """
+local function int(n)  -- a number as a command argument: whole, never in e-notation
+  return string.format('%d', n)
+end
+
+local function now_us()  -- the server's clock: one order for every replica
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function field(fields, name)  -- a stream entry's field (fields: {k1, v1, k2, v2, ...})
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return ''
+end
+"""
+
+_RECORDS = (
+    _HELPERS
+    + """
+-- A record finished: index it, forget members its TTL removed, and evict the
+-- oldest finished records beyond max (running records are not in the index).
+local function finished_record(index, id, ttl_ms, max, prefix)
+  local now = now_us()
+  redis.call('ZADD', index, int(now), id)
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', int(now - tonumber(ttl_ms) * 1000))
+  local excess = redis.call('ZCARD', index) - tonumber(max)
+  if excess > 0 then
+    local oldest = redis.call('ZPOPMIN', index, int(excess))  -- {id, score, id, score, ...}
+    for i = 1, #oldest, 2 do
+      redis.call('DEL', prefix .. 'response:' .. oldest[i])
+    end
+  end
+end
+"""
+)
+
+_LOGS = (
+    _HELPERS
+    + """
+-- The finished-log index: b = {index, sizes, total, retention_ms, max_streams,
+-- max_bytes, prefix}, read from KEYS[k..k+2] and ARGV[a..a+3].
+local function bounds(k, a)
+  return {index = KEYS[k], sizes = KEYS[k + 1], total = KEYS[k + 2],
+          retention_ms = tonumber(ARGV[a]), max_streams = tonumber(ARGV[a + 1]),
+          max_bytes = tonumber(ARGV[a + 2]), prefix = ARGV[a + 3]}
+end
+
+-- Delete a log (gone from the index already) and its size; returns the size.
+local function drop_log(b, id)
+  local size = tonumber(redis.call('HGET', b.sizes, id) or '0')
+  redis.call('HDEL', b.sizes, id)
+  redis.call('DEL', b.prefix .. 'log:' .. id, b.prefix .. 'logmeta:' .. id)
+  return size
+end
+
+-- Forget the finished logs past their retention (their TTL removed them), then
+-- evict the oldest beyond the count and byte limits (the newest stays, however
+-- large). Returns {forgotten, retained count, retained bytes}.
+local function trim_logs(b)
+  local sum = tonumber(redis.call('GET', b.total) or '0')
+  local cutoff = int(now_us() - b.retention_ms * 1000)
+  local stale = redis.call('ZRANGEBYSCORE', b.index, '-inf', cutoff)
+  if #stale > 0 then
+    redis.call('ZREMRANGEBYSCORE', b.index, '-inf', cutoff)
+    for _, id in ipairs(stale) do
+      sum = sum - drop_log(b, id)
+    end
+  end
+  local count = redis.call('ZCARD', b.index)
+  while count > b.max_streams or (count > 1 and sum > b.max_bytes) do
+    local oldest = redis.call('ZPOPMIN', b.index)
+    sum = sum - drop_log(b, oldest[1])
+    count = count - 1
+  end
+  if sum < 0 then sum = 0 end  -- only if the index was tampered with
+  redis.call('SET', b.total, int(sum))
+  return {#stale, count, sum}
+end
+
+-- A log finished: index it with its bytes, then keep within the bounds.
+local function retain_log(b, meta, id)
+  local size = tonumber(redis.call('HGET', meta, 'bytes') or '0')
+  local before = tonumber(redis.call('HGET', b.sizes, id) or '0')  -- finished twice
+  redis.call('ZADD', b.index, int(now_us()), id)
+  redis.call('HSET', b.sizes, id, int(size))
+  redis.call('INCRBY', b.total, int(size - before))
+  local kept = trim_logs(b)
+  return {1, kept[2], kept[3]}
+end
+
+-- Append the terminal frame to an open log and finish it.
+local function end_log(b, log, meta, id, expected, frame)
+  local n = tonumber(expected)
+  redis.call('XADD', log, '0-' .. tostring(n + 1), 'f', expected, 'd', frame)
+  redis.call('HSET', meta, 'next', tostring(n + 1), 'done', expected)
+  redis.call('HINCRBY', meta, 'bytes', int(#frame))
+  redis.call('PEXPIRE', log, int(b.retention_ms))
+  redis.call('PEXPIRE', meta, int(b.retention_ms))
+  return retain_log(b, meta, id)
+end
+"""
+)
+
+_PUT = (
+    _RECORDS
+    + """
+-- KEYS: record, running, finished. ARGV: json, id, replica, ttl_ms ('' while running),
+-- max finished records, prefix
 if ARGV[4] == '' then
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[2])
 else
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
   redis.call('HDEL', KEYS[2], ARGV[2])
+  finished_record(KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6])
 end
 return 1
 """
+)
 
 _DELETE = """
--- KEYS: record, running. ARGV: id
+-- KEYS: record, running, finished. ARGV: id
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 return redis.call('DEL', KEYS[1])
 """
 
-_APPEND = """
--- KEYS: log, meta. ARGV: first, next (last + 1), data, owner, minid ('' none),
--- ttl_ms, done ('' unless the batch ends with the terminal event)
+_EXPIRE_RECORDS = (
+    _HELPERS
+    + """
+-- KEYS: finished. ARGV: ttl_ms. Forgets the members whose record its TTL removed.
+return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now_us() - tonumber(ARGV[1]) * 1000))
+"""
+)
+
+_APPEND = (
+    _HELPERS
+    + """
+-- KEYS: log, meta. ARGV: owner, minid ('' none), ttl_ms, done ('' unless the batch
+-- ends with the terminal event), then for each entry of the batch: first, next
+-- (last + 1), data
+local after = ARGV[#ARGV - 1]  -- the batch's next sequence number
 local written = tonumber(redis.call('HGET', KEYS[2], 'next') or '0')
-if tonumber(ARGV[2]) <= written then
+if tonumber(after) <= written then
   return 0  -- this batch is stored already: a retried call
 end
-if ARGV[5] == '' then
-  redis.call('XADD', KEYS[1], '0-' .. ARGV[2], 'f', ARGV[1], 'd', ARGV[3])
-else
-  redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[5], '0-' .. ARGV[2], 'f', ARGV[1], 'd', ARGV[3])
+local size = 0
+for i = 5, #ARGV, 3 do
+  redis.call('XADD', KEYS[1], '0-' .. ARGV[i + 1], 'f', ARGV[i], 'd', ARGV[i + 2])
+  size = size + #ARGV[i + 2]
 end
-redis.call('HSET', KEYS[2], 'owner', ARGV[4], 'next', ARGV[2])
-if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[2], 'done', ARGV[7])
+if ARGV[2] ~= '' then
+  -- The entries below minid hold only events older than the newest replay_events
+  -- (usually none or a few): count their bytes out, then trim them.
+  local old = redis.call('XRANGE', KEYS[1], '-', '(' .. ARGV[2])
+  if #old > 0 then
+    for _, entry in ipairs(old) do
+      size = size - #field(entry[2], 'd')
+    end
+    redis.call('XTRIM', KEYS[1], 'MINID', ARGV[2])
+  end
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'next', after)
+redis.call('HINCRBY', KEYS[2], 'bytes', int(size))
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[2], 'done', ARGV[4])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 """
+)
 
-_FINISH = """
--- KEYS: log, meta. ARGV: retention_ms
+_FINISH = (
+    _LOGS
+    + """
+-- KEYS: log, meta, retained, retained:bytes, retained:total.
+-- ARGV: id, retention_ms, max_streams, max_bytes, prefix
+local b = bounds(3, 2)
 local written = redis.call('HGET', KEYS[2], 'next')
 if not written then
-  return 0
+  return {0}
 end
 if not redis.call('HGET', KEYS[2], 'done') then
   -- finished without a terminal frame (not the protocol): readers end at the last frame
   redis.call('HSET', KEYS[2], 'done', tostring(tonumber(written) - 1))
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return 1
+redis.call('PEXPIRE', KEYS[1], int(b.retention_ms))
+redis.call('PEXPIRE', KEYS[2], int(b.retention_ms))
+return retain_log(b, KEYS[2], ARGV[1])
 """
-
-_END_LOG = """
-local function end_log(log, meta, expected, frame, retention_ms)
-  local n = tonumber(expected)
-  redis.call('XADD', log, '0-' .. tostring(n + 1), 'f', expected, 'd', frame)
-  redis.call('HSET', meta, 'next', tostring(n + 1), 'done', expected)
-  redis.call('PEXPIRE', log, retention_ms)
-  redis.call('PEXPIRE', meta, retention_ms)
-end
-"""
+)
 
 _TERMINATE = (
-    _END_LOG
+    _LOGS
     + """
--- KEYS: log, meta. ARGV: expected next, terminal frame, retention_ms
+-- KEYS: log, meta, retained, retained:bytes, retained:total.
+-- ARGV: id, expected next, terminal frame, retention_ms, max_streams, max_bytes, prefix
 local written = redis.call('HGET', KEYS[2], 'next')
 if not written or redis.call('HGET', KEYS[2], 'done') then
-  return 0  -- no log, or it has its terminal event
+  return {0}  -- no log, or it has its terminal event
 end
-if written ~= ARGV[1] then
-  return -1  -- appended to since the frame was built: build it again
+if written ~= ARGV[2] then
+  return {-1}  -- appended to since the frame was built: build it again
 end
-end_log(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
-return 1
+return end_log(bounds(3, 4), KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+"""
+)
+
+_DELETE_LOG = (
+    _LOGS
+    + """
+-- KEYS: log, meta, retained, retained:bytes, retained:total.
+-- ARGV: id, retention_ms, max_streams, max_bytes, prefix
+local b = bounds(3, 2)
+redis.call('DEL', KEYS[1], KEYS[2])
+if redis.call('ZREM', b.index, ARGV[1]) == 1 then
+  local sum = tonumber(redis.call('GET', b.total) or '0') - drop_log(b, ARGV[1])
+  redis.call('SET', b.total, int(math.max(sum, 0)))
+end
+return {1, redis.call('ZCARD', b.index), tonumber(redis.call('GET', b.total) or '0')}
+"""
+)
+
+_EXPIRE_LOGS = (
+    _LOGS
+    + """
+-- KEYS: retained, retained:bytes, retained:total.
+-- ARGV: retention_ms, max_streams, max_bytes, prefix
+return trim_logs(bounds(1, 1))
 """
 )
 
 _CLAIM = (
-    _END_LOG
+    _LOGS
+    + _RECORDS.removeprefix(_HELPERS)
     + """
--- KEYS: lease, running, record, log, meta.
--- ARGV: id, replica, record json, record ttl_ms, expected next ('' when the log
--- needs no terminal event), terminal frame, retention_ms
+-- KEYS: lease, running, record, log, meta, finished, retained, retained:bytes,
+-- retained:total.
+-- ARGV: id, replica, record json, record ttl_ms, max finished records, expected next
+-- ('' when the log needs no terminal event), terminal frame, retention_ms,
+-- max_streams, max_bytes, prefix
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0  -- the replica is alive
+  return {0}  -- the replica is alive
 end
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
-  return 0  -- claimed by another replica already
+  return {0}  -- claimed by another replica already
 end
 local written = redis.call('HGET', KEYS[5], 'next')
 local open = written and not redis.call('HGET', KEYS[5], 'done')
-if ARGV[5] == '' then
-  if open then return -1 end
-elseif not open or written ~= ARGV[5] then
-  return -1  -- the log changed since the frame was built: build it again
+if ARGV[6] == '' then
+  if open then return {-1} end
+elseif not open or written ~= ARGV[6] then
+  return {-1}  -- the log changed since the frame was built: build it again
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
-if ARGV[5] ~= '' then
-  end_log(KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[7])
+finished_record(KEYS[6], ARGV[1], ARGV[4], ARGV[5], ARGV[11])
+if ARGV[6] ~= '' then
+  return end_log(bounds(7, 8), KEYS[4], KEYS[5], ARGV[1], ARGV[6], ARGV[7])
 end
-return 1
+return {1}
+"""
+)
+
+_OPEN = (
+    _HELPERS
+    + """
+-- KEYS: log, meta. Returns {owner, next, done, first sequence number of the oldest entry}
+-- (the oldest entry is read here, not sent: it may be large).
+local meta = redis.call('HMGET', KEYS[2], 'owner', 'next', 'done')
+local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+return {meta[1], meta[2], meta[3], head and field(head[2], 'f') or false}
+"""
+)
+
+_READ = (
+    _HELPERS
+    + """
+-- Every frame ends with a blank line and holds no other (SSE framing, compact JSON).
+local function frame_end(data, from)  -- the last byte of the frame at `from`
+  local at = string.find(data, '\\n\\n', from, true)
+  if not at then error('a damaged event log entry') end
+  return at + 1
+end
+
+-- KEYS: log, meta. ARGV: wanted (cursor + 1), budget (bytes), most entries.
+-- Returns {done, meta exists (1/0), id, fields, id, fields, ...}: the frames from
+-- `wanted` on, as stream entries, while within the budget (at least one frame).
+-- An entry is cut to what is handed out (the frames after the cursor, those that
+-- fit the budget) into one of the same form: fields f and d, id 0-{next}.
+local meta = redis.call('HMGET', KEYS[2], 'owner', 'done')
+local reply = {meta[2], meta[1] and 1 or 0}
+local wanted, budget, left = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local start, size, largest = '(0-' .. ARGV[1], 0, 0
+while left > 0 do
+  -- One entry first (it may be large); then as many as the largest so far says fit.
+  local count = 1
+  if largest > 0 then
+    count = math.max(1, math.min(left, math.floor((budget - size) / largest)))
+  end
+  local entries = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', int(count))
+  for _, entry in ipairs(entries) do
+    local id, fields = entry[1], entry[2]
+    local data, first = field(fields, 'd'), tonumber(field(fields, 'f'))
+    local from, to, cut = 1, #data, false
+    while first < wanted do  -- the frames up to the cursor are not sent
+      from, first, cut = frame_end(data, from) + 1, first + 1, true
+    end
+    if size + to - from + 1 > budget then
+      if size > 0 then
+        return reply
+      end
+      -- Over the budget alone: the frames that fit, at least one.
+      local stop = frame_end(data, from)
+      local ends = first + 1  -- the next sequence number after the cut
+      while stop < to do
+        local after = frame_end(data, stop + 1)
+        if after - from + 1 > budget then break end
+        stop, ends = after, ends + 1
+      end
+      to, cut, left = stop, true, 0
+      id = '0-' .. int(ends)
+    end
+    if cut then
+      fields = {'f', int(first), 'd', string.sub(data, from, to)}
+    end
+    reply[#reply + 1] = id
+    reply[#reply + 1] = fields
+    size = size + to - from + 1
+    largest = math.max(largest, #data)
+    start = '(' .. id
+    left = left - 1
+    if left <= 0 or size >= budget then
+      return reply
+    end
+  end
+  if #entries < count then
+    break  -- the end of the log
+  end
+end
+return reply
 """
 )
 
@@ -299,7 +574,8 @@ return 1
 
 @final
 class _Redis:
-    """What the three seams share: the clients, the scripts, this replica's id."""
+    """What the three seams share: the clients, the scripts, this replica's id, and
+    the figures of the finished-log index the scripts last reported."""
 
     def __init__(
         self,
@@ -311,20 +587,48 @@ class _Redis:
         self.blocking = blocking
         self.config = config
         self.replica = uuid.uuid4().hex
+        self.retained = _Retained()
+        self.bounds: list[str | bytes | int] = [
+            _ms(config.stream_retention_s),
+            config.max_retained_streams,
+            config.retained_stream_bytes,
+            PREFIX,
+        ]
+        """The trailing ARGV of the scripts that change the finished-log index."""
         self.put = commands.register_script(_PUT)
         self.delete = commands.register_script(_DELETE)
+        self.expire_records = commands.register_script(_EXPIRE_RECORDS)
         self.append = commands.register_script(_APPEND)
         self.finish = commands.register_script(_FINISH)
         self.terminate = commands.register_script(_TERMINATE)
+        self.delete_log = commands.register_script(_DELETE_LOG)
+        self.expire_logs = commands.register_script(_EXPIRE_LOGS)
         self.claim = commands.register_script(_CLAIM)
+        self.open = commands.register_script(_OPEN)
+        self.read = commands.register_script(_READ)
         self.request_cancel = commands.register_script(_REQUEST_CANCEL)
+
+    async def call(
+        self, script: Script[bytes], *, keys: Sequence[str], args: Sequence[str | bytes | int]
+    ) -> Any:
+        """Run one of the scripts above; its reply as coredis parses it."""
+        request: Awaitable[Any] = script(keys=keys, args=args)
+        return await _io(request)
 
     async def run(
         self, script: Script[bytes], *, keys: Sequence[str], args: Sequence[str | bytes | int]
     ) -> int:
-        """Run one of the scripts above; they all answer an integer."""
-        request: Awaitable[Any] = script(keys=keys, args=args)
-        return int(await _io(request))
+        """Run one of the writing scripts above; its status.
+
+        They answer an integer, or {status} or {status, retained count, retained
+        bytes}: those figures are kept for `RedisEventLogs.statistics`.
+        """
+        reply = await self.call(script, keys=keys, args=args)
+        if not isinstance(reply, list):
+            return int(reply)
+        if len(reply) == 3:
+            self.retained.reported(int(reply[1]), int(reply[2]))
+        return int(reply[0])
 
     async def log_end(self, response_id: str) -> int | None:
         """The next sequence number of a log still waiting for its terminal event."""
@@ -371,19 +675,23 @@ class RedisStore:
     def __init__(self, redis: _Redis) -> None:
         self._redis = redis
         self._ttl_ms = _ms(redis.config.store_ttl_s)
-        self._retention_ms = _ms(redis.config.stream_retention_s)
+        self._max = redis.config.max_stored_responses
 
     async def put(self, record: StoredResponse) -> None:
+        """Write the record; a finished one is indexed in ``finished``, in the same
+        script that evicts the oldest finished records beyond ``max_stored_responses``."""
         record = replace(record, updated_at=time.time())
         running = record.running
         await self._redis.run(
             self._redis.put,
-            keys=[_record_key(record.id), _RUNNING],
+            keys=[_record_key(record.id), _RUNNING, _FINISHED],
             args=[
                 _encode_record(record),
                 record.id,
                 record.replica or "",
                 "" if running else self._ttl_ms,
+                self._max,
+                PREFIX,
             ],
         )
 
@@ -398,13 +706,17 @@ class RedisStore:
         if await self.get(response_id, owner=owner) is None:
             return False
         deleted = await self._redis.run(
-            self._redis.delete, keys=[_record_key(response_id), _RUNNING], args=[response_id]
+            self._redis.delete,
+            keys=[_record_key(response_id), _RUNNING, _FINISHED],
+            args=[response_id],
         )
         return bool(deleted)
 
     async def expire(self) -> int:
-        await trio.lowlevel.checkpoint()
-        return 0  # the records' TTLs do it
+        """Forget, in ``finished``, the records their TTL removed; returns how many."""
+        return await self._redis.run(
+            self._redis.expire_records, keys=[_FINISHED], args=[self._ttl_ms]
+        )
 
     async def recover_interrupted(self) -> list[StoredResponse]:
         """Claim, once, each running record of a replica whose lease is gone.
@@ -413,7 +725,9 @@ class RedisStore:
         record from the running hash, then writes it ``failed``
         (``server_restarted``) and ends its log with that terminal event, all
         atomically: of several replicas recovering at once, exactly one claims
-        each record, and no claimed record is left with an open log.
+        each record, and no claimed record is left with an open log. Like `put`
+        and `RedisEventLogs.finish`, the script keeps the finished records and
+        logs within their bounds.
         """
         redis = self._redis
         running = await _io(redis.commands.hgetall(_RUNNING))
@@ -452,15 +766,18 @@ class RedisStore:
                     _record_key(response_id),
                     _log_key(response_id),
                     _meta_key(response_id),
+                    _FINISHED,
+                    *_RETAINED_KEYS,
                 ],
                 args=[
                     response_id,
                     replica,
                     _encode_record(record),
                     self._ttl_ms,
+                    self._max,
                     "" if end is None else str(end),
                     frame,
-                    self._retention_ms,
+                    *redis.bounds,
                 ],
             )
             if claimed == 1:
@@ -475,36 +792,30 @@ class RedisStore:
 
 @final
 class _Retained:
-    """What this process appended and finished, for `RedisEventLogs.statistics` (no I/O).
+    """What `RedisEventLogs.statistics` reports, kept without I/O.
 
-    Finished logs are counted in one bucket per second of expiry, so the
-    bookkeeping stays bounded by ``stream_retention_s`` whatever the rate.
+    The finished logs are the shared index's figures (all replicas' logs) as the
+    last script that changed it reported them (a finish, a delete, `expire`,
+    which the service runs periodically); the running logs are those this
+    process appends to.
     """
 
-    def __init__(self, retention_s: float) -> None:
-        self._retention_s = retention_s
+    def __init__(self) -> None:
         self.running: dict[str, int] = {}
-        self._finished: deque[list[float]] = deque()  # [expires_at, streams, bytes]
+        self._finished = 0
+        self._finished_bytes = 0
 
     def appended(self, response_id: str, size: int) -> None:
         self.running[response_id] = self.running.get(response_id, 0) + size
 
-    def finished(self, response_id: str) -> None:
-        size = self.running.pop(response_id, 0)
-        expires_at = math.ceil(time.monotonic() + self._retention_s)
-        if self._finished and self._finished[-1][0] == expires_at:
-            self._finished[-1][1] += 1
-            self._finished[-1][2] += size
-        else:
-            self._finished.append([expires_at, 1, size])
+    def reported(self, streams: int, size: int) -> None:
+        self._finished, self._finished_bytes = streams, size
 
     def statistics(self) -> LogStatistics:
-        now = time.monotonic()
-        while self._finished and self._finished[0][0] <= now:
-            self._finished.popleft()
-        streams = len(self.running) + sum(int(bucket[1]) for bucket in self._finished)
-        size = sum(self.running.values()) + sum(int(bucket[2]) for bucket in self._finished)
-        return LogStatistics(retained_streams=streams, retained_bytes=size)
+        return LogStatistics(
+            retained_streams=len(self.running) + self._finished,
+            retained_bytes=sum(self.running.values()) + self._finished_bytes,
+        )
 
 
 def _split(entry: StreamEntry) -> tuple[int, list[bytes]]:
@@ -542,9 +853,40 @@ def _frames_after(entries: Sequence[StreamEntry], cursor: int) -> list[bytes]:
     return frames
 
 
+def _entries_of(frames: Sequence[bytes], first: int) -> list[str | bytes | int]:
+    """`_APPEND`'s entries of frames ``first …``: (first, next, data) for each run of
+    frames within `_ENTRY_BYTES` (at least one frame), flattened."""
+    flat: list[str | bytes | int] = []
+    start, size = 0, 0
+    for index, frame in enumerate(frames):
+        if index > start and size + len(frame) > _ENTRY_BYTES:
+            flat += [first + start, first + index, b"".join(frames[start:index])]
+            start, size = index, 0
+        size += len(frame)
+    flat += [first + start, first + len(frames), b"".join(frames[start:])]
+    return flat
+
+
+def _entries(flat: Sequence[Any]) -> list[StreamEntry]:
+    """Stream entries from a script's reply: id, fields, id, fields, ..."""
+    return [
+        StreamEntry(
+            identifier=flat[index],
+            field_values=OrderedDict(zip(flat[index + 1][::2], flat[index + 1][1::2], strict=True)),
+        )
+        for index in range(0, len(flat), 2)
+    ]
+
+
 @final
 class _LogReader:
-    """Implements `LogReader` over one log's stream (`RedisEventLogs.open`)."""
+    """Implements `LogReader` over one log's stream (`RedisEventLogs.open`).
+
+    Each read takes at most `_READ_BYTES` of frames (at least one) in one script
+    that also reads the log's meta; only when nothing follows the cursor does it
+    wait for the writer, in ``XREAD BLOCK``, which hands out the one entry it
+    wakes up to (written in the last moments) whole.
+    """
 
     def __init__(self, redis: _Redis, response_id: str, done: int | None) -> None:
         self._redis = redis
@@ -556,29 +898,48 @@ class _LogReader:
         if self._done is not None and cursor >= self._done:
             await trio.lowlevel.checkpoint()
             return []
-        # One command for replay and live alike: XREAD answers at once when an
-        # entry follows the cursor's id and waits (bounded) otherwise. It runs on
-        # the blocking client; if cancelled, coredis drops its connection (the
-        # reply can never reach another command) and `_Pool` recycles the slot.
-        reply = await _io(
-            self._redis.blocking.xread(
-                {self._log: _entry_id(cursor + 1)}, count=_READ_ENTRIES, block=_BLOCK_MS
-            )
+        reply = await self._redis.call(
+            self._redis.read,
+            keys=[self._log, self._meta],
+            args=[cursor + 1, _READ_BYTES, _READ_ENTRIES],
         )
-        entries = reply.get(self._log.encode()) if reply else None
+        done, exists = reply[0], int(reply[1])
+        entries = _entries(reply[2:])
+        if done is not None:
+            self._done = int(done)
         if not entries:
-            # Quiet for a while: finished meanwhile (without a frame for this
-            # reader), deleted, or expired? Otherwise the caller asks again.
-            owner, done = await _io(self._redis.commands.hmget(self._meta, ["owner", "done"]))
-            if done is not None:
-                self._done = int(done)
-            elif owner is None:
-                self._done = cursor  # the log is gone: nothing more will come
-            return []
+            if self._done is not None:
+                if cursor >= self._done:
+                    return []
+                # Complete, yet what follows the cursor is gone (trimmed meanwhile).
+                raise SubscriberLagged(cursor + 1, self._done + 1)
+            if not exists:
+                self._done = cursor  # deleted or expired: nothing more will come
+                return []
+            entries = await self._follow(_entry_id(cursor + 1))
+            if not entries:
+                # Quiet for a while: finished meanwhile (without a frame for this
+                # reader), deleted, or expired? Otherwise the caller asks again.
+                owner, done = await _io(self._redis.commands.hmget(self._meta, ["owner", "done"]))
+                if done is not None:
+                    self._done = int(done)
+                elif owner is None:
+                    self._done = cursor  # the log is gone: nothing more will come
+                return []
         frames = _frames_after(entries, cursor)
         if frames and is_terminal_frame(frames[-1]):
             self._done = cursor + len(frames)
         return frames
+
+    async def _follow(self, after: str) -> list[StreamEntry]:
+        """The next entry after ``after``, once the writer adds it (``[]`` after a while).
+
+        On the blocking client; if cancelled, coredis drops its connection (the
+        reply can never reach another command) and `_Pool` recycles the slot. One
+        entry (a batch written within the last moments) keeps the read bounded.
+        """
+        reply = await _io(self._redis.blocking.xread({self._log: after}, count=1, block=_BLOCK_MS))
+        return list(reply.get(self._log.encode(), ())) if reply else []
 
     def complete_through(self) -> int | None:
         return self._done
@@ -601,8 +962,7 @@ class RedisEventLogs:
         config = redis.config
         self._replay_events = config.replay_events
         self._safety_ttl_ms = _ms(config.store_ttl_s)
-        self._retention_ms = _ms(config.stream_retention_s)
-        self._retained = _Retained(config.stream_retention_s)
+        self._retained = redis.retained
 
     async def append(
         self, response_id: str, frames: Sequence[bytes], *, first: int, owner: str | None
@@ -610,46 +970,44 @@ class RedisEventLogs:
         if not frames:
             await trio.lowlevel.checkpoint()
             return
-        data = b"".join(frames)
         after = first + len(frames)  # the next sequence number once these are stored
         min_id = after - self._replay_events + 1  # entries below hold only older events
+        entries = _entries_of(frames, first)
         stored = await self._redis.run(
             self._redis.append,
             keys=[_log_key(response_id), _meta_key(response_id)],
             args=[
-                first,
-                after,
-                data,
                 _dumps(owner),
                 _entry_id(min_id) if min_id > 1 else "",
                 # A log whose job dies unnoticed still goes, eventually.
                 self._safety_ttl_ms,
                 after - 1 if is_terminal_frame(frames[-1]) else "",
+                *entries,
             ],
         )
         if stored:  # not a retried call
-            self._retained.appended(response_id, len(data))
+            self._retained.appended(response_id, sum(map(len, frames)))
 
     async def finish(self, response_id: str, log: EventLog, *, owner: str | None) -> None:
+        """Set the log's retention and index it in ``retained``, in the script that
+        evicts the oldest finished logs beyond the count and byte limits."""
         # The frames are in Redis already (`append`); `log` is the in-process copy.
         await self._redis.run(
             self._redis.finish,
-            keys=[_log_key(response_id), _meta_key(response_id)],
-            args=[self._retention_ms],
+            keys=[_log_key(response_id), _meta_key(response_id), *_RETAINED_KEYS],
+            args=[response_id, *self._redis.bounds],
         )
-        self._retained.finished(response_id)
+        self._retained.running.pop(response_id, None)
 
     async def open(
         self, response_id: str, *, owner: str | None, starting_after: int
     ) -> Subscription | None:
-        commands = self._redis.commands
-        stored_owner, written, done = await _io(
-            commands.hmget(_meta_key(response_id), ["owner", "next", "done"])
+        stored_owner, written, done, head = await self._redis.call(
+            self._redis.open, keys=[_log_key(response_id), _meta_key(response_id)], args=[]
         )
         if stored_owner is None or written is None or json.loads(stored_owner) != owner:
             return None
-        head = await _io(commands.xrange(_log_key(response_id), "-", "+", count=1))
-        oldest = _split(head[0])[0] if head else int(written)
+        oldest = int(head) if head is not None else int(written)
         if starting_after + 1 < oldest:
             raise SubscriberLagged(starting_after + 1, oldest)
         reader = _LogReader(self._redis, response_id, None if done is None else int(done))
@@ -663,25 +1021,33 @@ class RedisEventLogs:
                 return  # no log, or it has its terminal event
             ended = await redis.run(
                 redis.terminate,
-                keys=[_log_key(record.id), _meta_key(record.id)],
-                args=[str(end), terminal_frame(record.response, end), self._retention_ms],
+                keys=[_log_key(record.id), _meta_key(record.id), *_RETAINED_KEYS],
+                args=[record.id, str(end), terminal_frame(record.response, end), *redis.bounds],
             )
             if ended != -1:
                 return
         raise StoreError(f"The event log of {record.id} keeps changing; it was not ended.")
 
     async def delete(self, response_id: str) -> None:
-        await _io(self._redis.commands.delete([_log_key(response_id), _meta_key(response_id)]))
+        await self._redis.run(
+            self._redis.delete_log,
+            keys=[_log_key(response_id), _meta_key(response_id), *_RETAINED_KEYS],
+            args=[response_id, *self._redis.bounds],
+        )
         self._retained.running.pop(response_id, None)
 
     async def expire(self) -> int:
-        await trio.lowlevel.checkpoint()
-        return 0  # the logs' TTLs do it
+        """Forget, in ``retained``, the logs their TTL removed; returns how many."""
+        return await self._redis.run(
+            self._redis.expire_logs, keys=list(_RETAINED_KEYS), args=self._redis.bounds
+        )
 
     def statistics(self) -> LogStatistics:
-        """Logs this process appended to and finished (still within their retention).
+        """The finished logs of all replicas, as the last script that changed their
+        index reported them, plus the logs this process is writing.
 
-        Approximate: trimming, deletion and other replicas' logs are not counted.
+        Approximate: other replicas' finishes since, and per-log trimming while
+        running, are not counted.
         """
         return self._retained.statistics()
 
