@@ -92,6 +92,8 @@ CREATE TABLE IF NOT EXISTS log_batches (
 
 _FRAME_END = b"\n\n"
 _READ_BATCH_BYTES = 1 << 18
+_ROW_BYTES = 1 << 16
+"""Frames per stored row, in bytes (one append may write several rows)."""
 """Most bytes one `read_after` returns (at least one frame): one SSE write's worth."""
 _INCOMPLETE_POLL_S = 0.05
 """Wait of a reader of an incomplete log with nothing new. Only a dead process's log
@@ -415,14 +417,22 @@ class SqliteEventLogs:
             # and readers of the missing part are told they lagged.
             db.execute("DELETE FROM log_batches WHERE id = ?", (response_id,))
             oldest, size = first, 0
-        batch = b"".join(frames)
+        # Rows of about _ROW_BYTES at most, so a reader resuming anywhere reads little.
+        begin = 0
+        while begin < len(frames):
+            end, row_bytes = begin, 0
+            while end < len(frames) and (end == begin or row_bytes < _ROW_BYTES):
+                row_bytes += len(frames[end])
+                end += 1
+            batch = b"".join(frames[begin:end])
+            db.execute(
+                "INSERT INTO log_batches (id, first_seq, last_seq, bytes, frames)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (response_id, first + begin, first + end - 1, len(batch), batch),
+            )
+            size += len(batch)
+            begin = end
         last = first + len(frames) - 1
-        db.execute(
-            "INSERT INTO log_batches (id, first_seq, last_seq, bytes, frames)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (response_id, first, last, len(batch), batch),
-        )
-        size += len(batch)
         if last + 1 - oldest > self._replay_events or size > self._replay_bytes:
             oldest, size = self._trim(db, response_id, last + 1, size)
         db.execute(
