@@ -131,3 +131,25 @@ def test_tool_flags() -> None:
     assert servers[0].startswith("python=stdio:") and "tool-server python --stdio" in servers[0]
     from_env = _config([], {"TRIO_RESPONSES_CODE_INTERPRETER": "true"})
     assert from_env.code_interpreter is True  # type: ignore[attr-defined]
+
+
+def test_an_unreachable_store_is_reported_without_its_password() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trio_responses",
+            "serve",
+            "--port",
+            "0",
+            "--store",
+            "redis://user:hunter2@127.0.0.1:1/0",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "cannot use the store redis://user:***@127.0.0.1:1/0" in result.stderr
+    assert "hunter2" not in result.stderr

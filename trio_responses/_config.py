@@ -40,6 +40,17 @@ def store_kind(url: str) -> StoreKind:
     return kind
 
 
+def redacted_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
+
+
 def sqlite_path(url: str) -> str:
     """The file of a ``sqlite:///PATH`` URL: ``sqlite:///rel.db`` or ``sqlite:////abs.db``."""
     return url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""

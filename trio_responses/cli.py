@@ -329,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "for a gpt-oss model; no weights, no GPU)",
             config.model_name,
         )
+    from ._config import redacted_url
     from .store.base import StoreError
 
     failed = False
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except* StoreError as group:
         failed = True
         for failure in group.exceptions:
-            logger.error("cannot use the store %s: %s", config.store_url, failure)
+            logger.error("cannot use the store %s: %s", redacted_url(config.store_url), failure)
     return 1 if failed else 0
 
 

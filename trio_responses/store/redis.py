@@ -77,7 +77,6 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar, final
-from urllib.parse import urlsplit, urlunsplit
 
 import coredis
 import trio
@@ -87,7 +86,7 @@ from coredis.pool import ConnectionPool
 from coredis.response.types import StreamEntry
 from coredis.tokens import PureToken
 
-from .._config import Config
+from .._config import Config, redacted_url
 from ..background.event_log import EventLog, SubscriberLagged
 from ..background.subscription import ReaderSubscription, Subscription
 from ..protocol.builder import terminal_frame
@@ -1160,16 +1159,6 @@ def _raw(value: str | bytes) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _client(
     url: str, *, stream_timeout_s: float, max_connections: int | None
 ) -> coredis.Redis[bytes]:
@@ -1213,7 +1202,7 @@ async def open_redis_state(url: str, config: Config) -> AsyncIterator[State]:
                 raise StoreError("no answer to PING in time")
         except StoreError as error:
             await _close(stack, closing, config)
-            raise StoreError(f"Cannot use Redis at {_redacted(url)}: {error.message}") from error
+            raise StoreError(f"Cannot use Redis at {redacted_url(url)}: {error.message}") from error
         except BaseException:
             await _close(stack, closing, config)
             raise
