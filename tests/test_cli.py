@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from tests.processes import ServeCommand
+from trio_responses._config import redacted_url
 from trio_responses.cli import build_parser, config_from_args
 
 
@@ -153,3 +154,17 @@ def test_an_unreachable_store_is_reported_without_its_password() -> None:
     assert result.returncode == 1
     assert "cannot use the store redis://user:***@127.0.0.1:1/0" in result.stderr
     assert "hunter2" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://user:secret@host:6379/0", "redis://user:***@host:6379/0"),
+        ("redis://:secret@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
+        ("unix:///run/redis.sock?db=1&password=secret", "unix:///run/redis.sock?db=1&password=***"),
+        ("sqlite:////var/lib/responses.db", "sqlite:////var/lib/responses.db"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_store_urls_are_shown_without_passwords(url: str, shown: str) -> None:
+    assert redacted_url(url) == shown

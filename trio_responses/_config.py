@@ -41,14 +41,18 @@ def store_kind(url: str) -> StoreKind:
 
 
 def redacted_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """``url`` without its password (in the authority or the query), for messages and logs."""
+    password = urlsplit(url).password
+    if password is not None:
+        url = url.replace(f":{password}@", ":***@", 1)
+    base, mark, query = url.partition("?")
+    if not mark:
         return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-    if parts.port:
-        netloc += f":{parts.port}"
-    return parts._replace(netloc=netloc).geturl()
+    pairs = [
+        f"{pair.partition('=')[0]}=***" if pair.partition("=")[0].lower() == "password" else pair
+        for pair in query.split("&")
+    ]
+    return f"{base}?{'&'.join(pairs)}"
 
 
 def sqlite_path(url: str) -> str:

@@ -44,6 +44,8 @@ SHUTDOWN_ERROR = {
     "message": "The server shut down before the response finished.",
 }
 _INTERNAL_ERROR = {"code": "server_error", "message": "The server had an internal error."}
+_MAX_UNRECORDED = 10_000
+"""Finished jobs kept for another try at recording them, at most (the oldest go)."""
 
 
 @final
@@ -59,6 +61,10 @@ class ResponseHandle:
     background: bool
     stream: bool
     _job: Job = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, job: Job) -> ResponseHandle:
+        return cls(job.id, job.background, job.request.stream, job)
 
     @property
     def status(self) -> Status:
@@ -111,6 +117,8 @@ class JobRunner:
         self._state = state
         self._nursery = nursery
         self._running: dict[str, Job] = {}
+        self._unrecorded: dict[str, Recorder] = {}
+        """Finished jobs whose final state the store refused; maintenance retries them."""
         self._slots = trio.CapacityLimiter(config.max_active_jobs)
         self._accepting = True
         self._idle = trio.Event()
@@ -118,10 +126,16 @@ class JobRunner:
 
     # -- queries ------------------------------------------------------------------------
 
-    def get(self, response_id: str, owner: str | None) -> Job | None:
-        """The job of ``response_id`` if it runs here and ``owner`` owns it."""
+    def get(self, response_id: str, owner: str | None, *, stored_only: bool = True) -> Job | None:
+        """The job of ``response_id`` if it runs here and ``owner`` owns it.
+
+        A ``store: false`` response is nobody's to look up by id (only its creator,
+        through its handle, sees it), unless ``stored_only`` is False.
+        """
         job = self._running.get(response_id)
-        return job if job is not None and job.owner == owner else None
+        if job is None or job.owner != owner or (stored_only and not job.request.store):
+            return None
+        return job
 
     @property
     def running(self) -> int:
@@ -179,23 +193,48 @@ class JobRunner:
             echo=request_echo(request),
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )
-        try:
-            await self._nursery.start(self._run, job, prepared.plan, name=f"job {response_id}")
-        except BaseException:
-            # Cancelled just after the job started: its creator will never see it.
-            if not job.background and self._running.get(job.id) is job:
-                job.cancel()
-            raise
-        return ResponseHandle(job.id, request.background, request.stream, job)
+        # Registered before the first checkpoint, so concurrent creates see its place
+        # taken; from its first step on, the job's task owns the registration.
+        self._register(job)
+        task_began = False
 
-    async def _run(self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[Job]) -> None:
-        recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
+        async def run(*, task_status: trio.TaskStatus[None]) -> None:
+            nonlocal task_began
+            task_began = True
+            await self._run(job, prepared.plan, task_status=task_status)
+
+        try:
+            await self._nursery.start(run, name=f"job {response_id}")
+        except BaseException:
+            if not task_began:
+                self._unregister(job)
+            elif not job.background and self._running.get(job.id) is job:
+                job.cancel()  # cancelled just after it started: its creator is gone
+            raise
+        return ResponseHandle.of(job)
+
+    def _register(self, job: Job) -> None:
         self._running[job.id] = job
         if self._idle.is_set():
             self._idle = trio.Event()
+
+    def _unregister(self, job: Job) -> None:
+        del self._running[job.id]
+        job.ended.set()
+        if not self._running:
+            self._idle.set()
+
+    async def _run(
+        self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
         try:
             try:
                 await recorder.start()  # the queued record
+                if not self._accepting:  # shutdown began while it was being recorded
+                    raise ShuttingDownError(
+                        "The server is shutting down; retry on another replica."
+                    )
                 job.builder.start()  # response.created (and response.queued)
                 await recorder.publish_created()  # readers anywhere find the log at once
             except BaseException:
@@ -207,13 +246,10 @@ class JobRunner:
                 job.request.background,
                 job.request.stream,
             )
-            task_status.started(job)
+            task_status.started()
             await self._generate(job, plan, recorder)
         finally:
-            del self._running[job.id]
-            job.ended.set()
-            if not self._running:
-                self._idle.set()
+            self._unregister(job)
 
     async def _generate(self, job: Job, plan: PromptPlan, recorder: Recorder) -> None:
         config = self._config
@@ -242,12 +278,33 @@ class JobRunner:
                 with trio.CancelScope(shield=True):
                     try:
                         await recorder.stop()
-                        await recorder.finish()
+                        if not await recorder.finish():
+                            self._keep_unrecorded(recorder)
                     finally:
                         job.done.set()
                         logger.info("%s %s", job.id, job.status)
                     await toolbox.aclose()
                 sessions.cancel_scope.cancel()
+
+    def _keep_unrecorded(self, recorder: Recorder) -> None:
+        self._unrecorded[recorder.response_id] = recorder
+        while len(self._unrecorded) > _MAX_UNRECORDED:
+            lost = next(iter(self._unrecorded))
+            del self._unrecorded[lost]
+            logger.error("%s: giving up on recording its final state", lost)
+
+    async def retry_unrecorded(self) -> int:
+        """Try again to record the final state of jobs the store refused (maintenance).
+
+        Returns how many are still waiting. Until their record is written, readers on
+        other replicas (and a restarted process) see them still running.
+        """
+        for response_id, recorder in list(self._unrecorded.items()):
+            with trio.CancelScope(shield=True):
+                if await recorder.finish():
+                    del self._unrecorded[response_id]
+                    logger.info("%s: final state recorded after all", response_id)
+        return len(self._unrecorded)
 
     # -- change -----------------------------------------------------------------------------
 
@@ -272,6 +329,7 @@ class JobRunner:
         with trio.move_on_after(grace_s):
             await self.wait_idle()
         for job in list(self._running.values()):
-            job.abort(SHUTDOWN_ERROR["code"], SHUTDOWN_ERROR["message"])
+            if job.builder.next_sequence_number:  # created; the others refuse to start
+                job.abort(SHUTDOWN_ERROR["code"], SHUTDOWN_ERROR["message"])
         with trio.move_on_after(self._config.cleanup_timeout_s * 3):
             await self.wait_idle()

@@ -116,10 +116,8 @@ class ResponsesService:
 
     def running(self, response_id: str, *, owner: str | None = None) -> ResponseHandle | None:
         """The handle of a response whose job runs in this process, if any."""
-        job = self._runner.get(response_id, owner)
-        if job is None:
-            return None
-        return ResponseHandle(job.id, job.background, job.request.stream, job)
+        job = self._runner.get(response_id, owner, stored_only=False)
+        return None if job is None else ResponseHandle.of(job)
 
     # -- create --------------------------------------------------------------------------
 
@@ -204,7 +202,7 @@ class ResponsesService:
                 created with another API key.
         """
         job = self._runner.get(response_id, owner)
-        if job is not None and job.request.store and not job.done.is_set():
+        if job is not None and not job.done.is_set():
             return job.snapshot()
         record = await self._load(response_id, owner)
         if record is None:
@@ -216,7 +214,7 @@ class ResponsesService:
 
         Cancellation: only the wait is cancelled, never the job.
         """
-        job = self._runner.get(response_id, owner)
+        job = self._runner.get(response_id, owner, stored_only=False)
         if job is None:
             return await self.retrieve(response_id, owner=owner)
         await job.done.wait()
@@ -299,7 +297,7 @@ class ResponsesService:
             )
         check_includes(include)
         job = self._runner.get(response_id, owner)
-        if job is not None and job.request.store:
+        if job is not None:
             items = job.input_items
         else:
             record = await self._load(response_id, owner)
@@ -368,15 +366,17 @@ class ResponsesService:
         if not await self.state.control.request_cancel(record):
             # Nobody runs it any more: recovery ends it (failed, server_restarted).
             await self.recover_interrupted()
+        current: StoredResponse | None = record
+        delay = 0.01
         with trio.move_on_after(self.config.cleanup_timeout_s):
-            while True:
+            while current is not None and current.running:
+                await trio.sleep(delay)
+                delay = min(delay * 1.5, 0.2)
                 current = await self._load(record.id, owner)
-                if current is None or not current.running:
-                    break
-                await trio.sleep(0.02)
-        current = await self._load(record.id, owner)
         if current is None:
             raise _not_found(record.id)
+        if current.status in _CANNOT_CANCEL:  # it finished before the cancel reached it
+            raise InvalidRequestError(_CANNOT_CANCEL[current.status], param="response_id")
         return current.response
 
     async def delete(self, response_id: str, *, owner: str | None = None) -> dict[str, Any]:
@@ -435,6 +435,7 @@ class ResponsesService:
         while True:
             await trio.sleep(interval)
             try:
+                await self._runner.retry_unrecorded()
                 await self.state.logs.expire()
                 await self.state.store.expire()
                 await self.recover_interrupted()

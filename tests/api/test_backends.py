@@ -229,3 +229,115 @@ async def test_a_store_failing_mid_response_fails_only_that_response(
     with trio.fail_after(10):
         assert (await server.service.wait(after.id))["status"] == "completed"
     assert (await server.http.get("/health")).status_code == 200
+
+
+async def test_admission_holds_under_concurrent_creates(
+    start_server: StartServer, store_url: str
+) -> None:
+    server = await _server(start_server, store_url, max_active_jobs=1, max_queued_jobs=1)
+    statuses: list[int] = []
+
+    async def create() -> None:
+        reply = await server.http.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "tokens:3000 delay:5", "background": True},
+        )
+        statuses.append(reply.status_code)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(create)
+    assert sorted(statuses) == [200] * 2 + [429] * 18
+
+
+async def test_shutdown_while_a_create_is_being_recorded(
+    start_server: StartServer, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await _server(start_server, store_url)
+    store = server.service.state.store
+    working_put = store.put
+    recording = trio.Event()
+
+    async def slow_put(record: Any) -> None:
+        recording.set()
+        await trio.sleep(0.5)
+        await working_put(record)
+
+    monkeypatch.setattr(store, "put", slow_put)
+    replies: list[Any] = []
+
+    async def create() -> None:
+        replies.append(
+            await server.http.post("/v1/responses", json={"model": MODEL, "input": "late"})
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(create)
+        await recording.wait()
+        await server.service.shutdown(0)
+    assert replies[0].status_code == 503
+    assert replies[0].json()["error"]["code"] == "server_shutting_down"
+    stats = server.service.statistics()
+    assert stats.running_jobs == 0 and stats.job_tasks == 0
+
+
+async def test_an_unstored_response_is_nobody_elses_to_look_up(
+    start_server: StartServer, store_url: str
+) -> None:
+    server = await _server(start_server, store_url)
+    stream = await RawSSEClient.open(
+        server,
+        "POST",
+        "/v1/responses",
+        {"model": MODEL, "input": "tokens:3000 delay:5", "stream": True, "store": False},
+    )
+    events = await stream.read_events(3)
+    response_id = events[0].json()["response"]["id"]
+    for method, path in [
+        ("GET", f"/v1/responses/{response_id}"),
+        ("GET", f"/v1/responses/{response_id}?stream=true"),
+        ("GET", f"/v1/responses/{response_id}/input_items"),
+        ("POST", f"/v1/responses/{response_id}/cancel"),
+        ("DELETE", f"/v1/responses/{response_id}"),
+    ]:
+        reply = await server.http.request(method, path)
+        assert reply.status_code == 404, (method, path, reply.text)
+    follow_up = await server.http.post(
+        "/v1/responses",
+        json={"model": MODEL, "input": "x", "previous_response_id": response_id},
+    )
+    assert follow_up.status_code == 404
+    await stream.aclose()
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "redis"], indirect=True)
+async def test_a_final_state_the_store_refused_is_recorded_later(
+    start_server: StartServer, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short lease makes maintenance (which retries) run every 0.1 s.
+    server = await _server(start_server, store_url, job_lease_s=0.4)
+    store = server.service.state.store
+    working_put = store.put
+    created = await server.client.responses.create(
+        model=MODEL, input="tokens:200 delay:5", background=True
+    )
+    reader = await RawSSEClient.open(server, "GET", f"/v1/responses/{created.id}?stream=true")
+    await reader.read_until("response.in_progress")
+
+    async def refusing_put(record: Any) -> None:
+        if not record.running:
+            raise StoreError("the disk is full")
+        await working_put(record)
+
+    monkeypatch.setattr(store, "put", refusing_put)
+    events = parse_sse(await reader.read_all())
+    assert events[-2].json()["type"] == "response.completed"  # readers here are unaffected
+    with trio.fail_after(10):
+        await server.service.wait_idle()
+    assert (await server.client.responses.retrieve(created.id)).status != "completed"
+
+    monkeypatch.setattr(store, "put", working_put)
+    # The server's maintenance retries on its own schedule: poll what a client sees.
+    with trio.fail_after(20):
+        while (await server.client.responses.retrieve(created.id)).status != "completed":  # noqa: ASYNC110
+            await trio.sleep(0.05)

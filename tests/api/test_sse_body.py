@@ -7,10 +7,11 @@ import trio.testing
 
 from tests.conftest import StartServer
 from tests.support import MODEL
+from trio_responses import StoreError
 from trio_responses.api.sse import SSEBody
 from trio_responses.background.event_log import EventLog
 from trio_responses.background.subscription import LogSubscription
-from trio_responses.protocol.sse import DONE, KEEPALIVE, encode_event
+from trio_responses.protocol.sse import DONE, KEEPALIVE, decode_event, encode_event
 
 
 def _frame(n: int) -> bytes:
@@ -48,3 +49,32 @@ async def test_keepalive_reaches_the_client(start_server: StartServer) -> None:
         raw = b"".join([chunk async for chunk in response.aiter_bytes()])
     assert b"\n\n: keep-alive\n\n" in raw
     assert raw.endswith(b"data: [DONE]\n\n")
+
+
+class _FailingReader:
+    """A stored log's reader whose backend fails after a few frames."""
+
+    def __init__(self) -> None:
+        self.cursor = 4
+        self.closed = False
+
+    async def receive_frames(self) -> list[bytes]:
+        await trio.lowlevel.checkpoint()
+        raise StoreError("The response store (Redis) is unavailable.")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_backend_failing_mid_stream_ends_it_with_a_reason() -> None:
+    reader = _FailingReader()
+    body = SSEBody(reader, keepalive_s=10)  # type: ignore[arg-type]
+    chunk = await body.__anext__()
+    error_frame, _, rest = chunk.partition(b"\n\n")
+    assert rest == DONE
+    event = decode_event(error_frame + b"\n\n")
+    assert event["type"] == "error" and event["code"] == "store_unavailable"
+    assert event["sequence_number"] == 5
+    assert "starting_after=4" in event["message"]
+    await body.aclose()
+    assert reader.closed

@@ -17,9 +17,11 @@ from typing import final
 
 import trio
 
+from .._exceptions import StoreError
 from ..background.event_log import SubscriberLagged
 from ..background.subscription import Subscription
-from ..protocol.sse import DONE, KEEPALIVE, encode_event
+from ..protocol.builder import stream_error_frame
+from ..protocol.sse import DONE, KEEPALIVE
 
 
 @final
@@ -50,15 +52,20 @@ class SSEBody:
                 frames = await self._subscription.receive_frames()
         except SubscriberLagged as lagged:
             self._finished = True
-            error = {
-                "type": "error",
-                "sequence_number": lagged.wanted,
-                "code": "stream_lagged",
-                "message": f"This stream was closed because {lagged}. Resume with "
-                f"starting_after={lagged.wanted - 1} while the events are retained.",
-                "param": None,
-            }
-            return encode_event(error) + DONE
+            message = (
+                f"This stream was closed because {lagged}. Resume with "
+                f"starting_after={lagged.wanted - 1} while the events are retained."
+            )
+            return stream_error_frame(lagged.wanted, "stream_lagged", message) + DONE
+        except StoreError as failure:
+            # The backend holding this log failed mid-stream: end it with a reason.
+            self._finished = True
+            cursor = self._subscription.cursor
+            message = (
+                f"This stream was interrupted: {failure.message} Resume with "
+                f"starting_after={cursor}."
+            )
+            return stream_error_frame(cursor + 1, "store_unavailable", message) + DONE
         if frames is None:
             return KEEPALIVE
         if not frames:

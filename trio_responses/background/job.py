@@ -60,7 +60,8 @@ class Job:
         )
         self.cancel_scope = trio.CancelScope()
         self.done = trio.Event()
-        """Set once the final state is recorded: what a client waiting for it needs."""
+        """Set once the job has finished and tried to record its final state (what a
+        client waiting for it needs; a state the store refused is retried later)."""
         self.ended = trio.Event()
         """Set once the job's task is gone (tool sessions closed, nothing left running)."""
 

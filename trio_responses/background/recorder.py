@@ -55,6 +55,10 @@ class Recorder:
         self._follower = trio.CancelScope()
         self._followed = trio.Event()
 
+    @property
+    def response_id(self) -> str:
+        return self._job.id
+
     def record(self) -> StoredResponse:
         """The job's record as it stands now."""
         job = self._job
@@ -136,27 +140,35 @@ class Recorder:
         with trio.move_on_after(self._budget_s):
             await self._followed.wait()
 
-    async def finish(self) -> None:
-        """Write the rest of the log, the final record, and keep the log for replay.
+    async def finish(self) -> bool:
+        """Write the final record, the rest of the log, and keep the log for replay.
 
-        Call after `stop`, once the job is finished. Each step is bounded by the
-        budget and tried even if the one before failed (the record matters most);
-        a final state that cannot be written is logged, never raised. Call it
-        shielded.
+        Call after `stop`, once the job is finished; call it shielded. The record
+        goes first (whoever then sees the terminal event and retrieves the response
+        finds it finished). Each step is bounded by the budget and tried even if the
+        one before failed. Returns False if a step failed (it was logged): calling
+        `finish` again later retries what is missing.
         """
         job = self._job
         steps: list[Callable[[], Awaitable[None]]] = [
-            self._write_frames,
             partial(self._write_record, force=True),
+            self._write_frames,
         ]
         if job.background:
             steps.append(partial(self._state.logs.finish, job.id, job.log, owner=job.owner))
+        complete = True
         for step in steps:
             try:
                 with trio.fail_after(self._budget_s):
                     await with_retries(step)
             except (StoreError, trio.TooSlowError) as error:
                 logger.error("%s: its final state could not be recorded: %s", job.id, error)
+                complete = False
+            except Exception:
+                # A bug in a backend must not escape into the job nursery.
+                logger.exception("%s: recording its final state failed", job.id)
+                complete = False
+        return complete
 
     async def _write(self) -> None:
         await self._write_frames()

@@ -593,3 +593,16 @@ def terminal_frame(response: dict[str, Any], sequence_number: int) -> bytes:
             "sequence_number": sequence_number,
         }
     )
+
+
+def stream_error_frame(sequence_number: int, code: str, message: str) -> bytes:
+    """An ``error`` event that ends one reader's stream (not the response's log)."""
+    return encode_event(
+        {
+            "type": "error",
+            "sequence_number": sequence_number,
+            "code": code,
+            "message": message,
+            "param": None,
+        }
+    )

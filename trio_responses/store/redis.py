@@ -161,7 +161,11 @@ def _entry_id(next_sequence: int) -> str:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Strict JSON (no NaN); a value that cannot be stored is a `StoreError`."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise StoreError(f"Redis store: cannot encode a record as JSON: {error}") from error
 
 
 async def _io(request: Awaitable[T]) -> T:
