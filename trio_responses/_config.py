@@ -152,8 +152,8 @@ class Config:
     max_queued_jobs: int = 1_024
     """Responses waiting for a slot; beyond this, 429 ``server_busy``."""
     max_stored_responses: int = 10_000
-    """Finished responses kept (memory: least recently used evicted first; SQLite: oldest
-    stored first)."""
+    """Finished responses kept (memory: least recently used evicted first; SQLite and
+    Redis: oldest finished first)."""
     store_ttl_s: float = 7 * 24 * 3600.0
     """Finished responses are dropped this long after they end."""
     shutdown_grace_s: float = 10.0

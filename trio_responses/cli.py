@@ -135,7 +135,8 @@ _SERVE_OPTIONS = (
     _Option(
         "--max-stored-responses",
         "max_stored_responses",
-        "finished responses kept by the memory and SQLite stores (least recently used go first)",
+        "finished responses kept (memory: least recently used go first; SQLite, Redis: "
+        "oldest)",
         int,
     ),
     _Option("--store-ttl", "store_ttl_s", "seconds a finished response stays stored", float),

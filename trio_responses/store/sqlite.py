@@ -92,9 +92,9 @@ CREATE TABLE IF NOT EXISTS log_batches (
 
 _FRAME_END = b"\n\n"
 _READ_BATCH_BYTES = 1 << 18
+"""Most bytes one `read_after` returns (at least one frame): one SSE write's worth."""
 _ROW_BYTES = 1 << 16
 """Frames per stored row, in bytes (one append may write several rows)."""
-"""Most bytes one `read_after` returns (at least one frame): one SSE write's worth."""
 _INCOMPLETE_POLL_S = 0.05
 """Wait of a reader of an incomplete log with nothing new. Only a dead process's log
 (until recovery terminates it) is read so: this process's own jobs are followed in
