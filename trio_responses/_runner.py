@@ -224,9 +224,7 @@ class JobRunner:
         if not self._running:
             self._idle.set()
 
-    async def _run(
-        self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[None]
-    ) -> None:
+    async def _run(self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[None]) -> None:
         recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
         try:
             try:

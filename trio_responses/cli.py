@@ -135,8 +135,7 @@ _SERVE_OPTIONS = (
     _Option(
         "--max-stored-responses",
         "max_stored_responses",
-        "finished responses kept (memory: least recently used go first; SQLite, Redis: "
-        "oldest)",
+        "finished responses kept (memory: least recently used go first; SQLite, Redis: oldest)",
         int,
     ),
     _Option("--store-ttl", "store_ttl_s", "seconds a finished response stays stored", float),
