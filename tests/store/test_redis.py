@@ -184,14 +184,19 @@ async def test_finished_records_are_bounded_by_count(url: str, redis: RedisServe
             runners[0].builder.id,
         ]
         assert await store.get(done[2].builder.id, owner=OWNER) is None
-        # Put back to running (a test, not the service): out of the index, never evicted.
+        # A finished record is final: a late write (a replica that stalled past its
+        # lease, a retry) changes nothing, running or finished.
         await store.put(running)
-        assert runners[0].builder.id not in finished_index(redis)
-        # A finished record written again counts once, as the newest.
         await store.put(done[3].record(None))
-        assert finished_index(redis) == [done[4].builder.id, done[3].builder.id]
+        assert finished_index(redis) == [
+            done[3].builder.id,
+            done[4].builder.id,
+            runners[0].builder.id,
+        ]
+        again = await store.get(runners[0].builder.id, owner=OWNER)
+        assert again is not None and not again.running
         assert await store.delete(done[4].builder.id, owner=OWNER)
-        assert finished_index(redis) == [done[3].builder.id]
+        assert finished_index(redis) == [done[3].builder.id, runners[0].builder.id]
         for runner in runners:
             assert await store.get(runner.builder.id, owner=OWNER) is not None
 
@@ -693,3 +698,34 @@ async def test_terminate_ends_an_open_log_once(url: str) -> None:
         assert frames[:-1] == job.frames
         assert decode_event(frames[-1])["type"] == "response.failed"
         assert sequence_numbers(frames) == list(range(len(job.frames) + 1))
+
+
+async def test_a_replica_that_stalled_past_its_lease_cannot_undo_the_recovery(
+    url: str, redis: RedisServer
+) -> None:
+    job = Job()
+    async with replica(url) as stalled, replica(url) as survivor:
+        # The stalled replica's lease is gone (as if it had stopped heart-beating).
+        await stalled.store.put(job.record("stalled-replica"))
+        await append(stalled, job, job.tokens(5))
+        [recovered] = await survivor.store.recover_interrupted()
+        # It wakes up and goes on as if nothing happened: more frames, then its end.
+        await append(stalled, job, job.tokens(1))
+        await append(stalled, job, job.tokens(20))
+        await append(stalled, job, job.complete())
+        await stalled.store.put(job.record(None))
+        record = await survivor.store.get(job.builder.id, owner=OWNER)
+        assert record == recovered and record.status == "failed"
+        subscription = await survivor.logs.open(job.builder.id, owner=OWNER, starting_after=-1)
+        assert subscription is not None
+        events = [decode_event(frame) for frame in await read_all(subscription)]
+        terminal = [e for e in events if e["type"] in ("response.completed", "response.failed")]
+        assert len(terminal) == 1 and terminal[0] is events[-1]
+        assert terminal[0]["response"]["error"]["code"] == "server_restarted"
+        assert sequence_numbers(await read_all_frames(survivor, job)) == list(range(len(events)))
+
+
+async def read_all_frames(state: State, job: Job) -> list[bytes]:
+    subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1)
+    assert subscription is not None
+    return await read_all(subscription)

@@ -326,6 +326,11 @@ _PUT = (
     + """
 -- KEYS: record, running, finished. ARGV: json, id, replica, ttl_ms ('' while running),
 -- max finished records, prefix
+if redis.call('ZSCORE', KEYS[3], ARGV[2]) then
+  -- A finished record is final: this is a retried write, or a replica that stalled
+  -- past its lease writing over the recovery of its response.
+  return 0
+end
 if ARGV[4] == '' then
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
@@ -364,6 +369,9 @@ local after = ARGV[#ARGV - 1]  -- the batch's next sequence number
 local written = tonumber(redis.call('HGET', KEYS[2], 'next') or '0')
 if tonumber(after) <= written then
   return 0  -- this batch is stored already: a retried call
+end
+if redis.call('HGET', KEYS[2], 'done') then
+  return 0  -- nothing follows the terminal event (a stalled replica's late frames)
 end
 local size = 0
 for i = 5, #ARGV, 3 do
@@ -671,8 +679,10 @@ class RedisStore:
     A running record names the replica running it (``record.replica``); one
     without (None) belongs to no live replica, so any replica may recover it.
     A replica that stalls longer than its lease (a long pause, a partition)
-    has its jobs recovered by others; if it comes back its writes win again:
-    the lease warns about it in the log, it does not fence the writer.
+    has its jobs recovered by others. If it comes back, its late writes are
+    fenced off: a finished record is final (the put script refuses to replace
+    it) and nothing is appended to a log after its terminal event; the lease
+    check warns about it in the log.
     """
 
     def __init__(self, redis: _Redis) -> None:
