@@ -122,6 +122,8 @@ _CONNECT_TIMEOUT_S = 5.0
 _BLOCKING_CONNECTIONS = 4_096
 """Blocking reads in flight at once (one per live reader, one per control loop)."""
 _CONTROL_MAXLEN = 1_000
+_DECODE_INLINE_BYTES = 1 << 16
+"""Records larger than this are decoded in a worker thread, not on the event loop."""
 _MAX_TTL_S = 10 * 365 * 24 * 3600.0
 """TTLs longer than this (``inf`` included) are capped: PX takes a finite number."""
 _RETRY_FIRST_S = 0.05
@@ -695,11 +697,13 @@ class RedisStore:
         script that evicts the oldest finished records beyond ``max_stored_responses``."""
         record = replace(record, updated_at=time.time())
         running = record.running
+        # Records can be large (long inputs): encode them off the event loop.
+        encoded = await trio.to_thread.run_sync(_encode_record, record)
         await self._redis.run(
             self._redis.put,
             keys=[_record_key(record.id), _RUNNING, _FINISHED],
             args=[
-                _encode_record(record),
+                encoded,
                 record.id,
                 record.replica or "",
                 "" if running else self._ttl_ms,
@@ -712,7 +716,10 @@ class RedisStore:
         raw = await _io(self._redis.commands.get(_record_key(response_id)))
         if raw is None:
             return None
-        record = _decode_record(raw)
+        if len(raw) > _DECODE_INLINE_BYTES:
+            record = await trio.to_thread.run_sync(_decode_record, raw)
+        else:
+            record = _decode_record(raw)
         return record if record.owner == owner else None
 
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
