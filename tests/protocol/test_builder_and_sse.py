@@ -10,7 +10,7 @@ from tests.support import check_stream, validate_response
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
 from trio_responses.protocol.lifecycle import IllegalTransition
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event, encode_event
+from trio_responses.protocol.sse import decode_event, encode_event, split_frames
 
 
 def _builder(events: list[dict[str, Any]], **request: Any) -> ResponseBuilder:
@@ -115,3 +115,14 @@ def test_sse_frame_round_trip() -> None:
     assert frame.startswith(b"event: response.output_text.delta\nid: 3\ndata: {")
     assert frame.endswith(b"\n\n") and frame.count(b"\n\n") == 1
     assert decode_event(frame) == event
+
+
+def test_joined_frames_split_back() -> None:
+    frames = [
+        encode_event({"type": "response.output_text.delta", "sequence_number": n, "delta": d})
+        for n, d in enumerate(["a\n\nb", "\\n\\n", "plain", '"quoted"'])
+    ]
+    assert split_frames(b"".join(frames)) == frames
+    assert split_frames(b"") == []
+    with pytest.raises(ValueError, match="whole SSE frames"):
+        split_frames(b"".join(frames)[:-1])

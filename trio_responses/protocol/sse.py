@@ -43,6 +43,19 @@ def is_terminal_frame(frame: bytes) -> bool:
     return frame.startswith(_TERMINAL_PREFIXES)
 
 
+def split_frames(joined: bytes) -> list[bytes]:
+    """The frames of concatenated SSE frames (as stores keep batches of them).
+
+    Every frame ends with a blank line and holds no other (compact JSON has no raw
+    newline), so splitting there gives the frames back. Raises ValueError when
+    ``joined`` does not end with a whole frame.
+    """
+    parts = joined.split(b"\n\n")
+    if parts[-1]:
+        raise ValueError("not a sequence of whole SSE frames")
+    return [part + b"\n\n" for part in parts[:-1]]
+
+
 def decode_event(frame: bytes) -> dict[str, Any]:
     """The JSON object of one frame produced by `encode_event`."""
     start = frame.index(b"\ndata: ") + 7

@@ -90,7 +90,7 @@ from .._config import Config, redacted_url
 from ..background.event_log import EventLog, SubscriberLagged
 from ..background.subscription import ReaderSubscription, Subscription
 from ..protocol.builder import terminal_frame
-from ..protocol.sse import is_terminal_frame
+from ..protocol.sse import is_terminal_frame, split_frames
 from .base import CancelHandler, LogStatistics, State, StoredResponse, StoreError
 
 logger = logging.getLogger("trio_responses.store.redis")
@@ -842,11 +842,12 @@ def _split(entry: StreamEntry) -> tuple[int, list[bytes]]:
     """The first sequence number and the frames of one stream entry."""
     fields = entry.field_values
     first = int(fields[b"f"])
-    # Every frame ends with b"\n\n" and holds no other (SSE framing, compact JSON).
-    parts = _raw(fields[b"d"]).split(b"\n\n")
-    frames = [part + b"\n\n" for part in parts[:-1]]
     raw_id = _raw(entry.identifier)
-    if parts[-1] or int(raw_id.partition(b"-")[2]) != first + len(frames):
+    try:
+        frames = split_frames(_raw(fields[b"d"]))
+    except ValueError:
+        frames = []
+    if not frames or int(raw_id.partition(b"-")[2]) != first + len(frames):
         raise StoreError(f"The response store holds a damaged event log entry ({raw_id!r}).")
     return first, frames
 

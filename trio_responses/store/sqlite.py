@@ -45,7 +45,7 @@ from .._config import Config
 from ..background.event_log import EventLog, SubscriberLagged
 from ..background.subscription import ReaderSubscription, Subscription
 from ..protocol.builder import terminal_frame
-from ..protocol.sse import is_terminal_frame
+from ..protocol.sse import is_terminal_frame, split_frames
 from .base import RUNNING_STATUSES, LogStatistics, State, StoredResponse, StoreError
 from .memory import LocalControl
 
@@ -90,7 +90,6 @@ CREATE TABLE IF NOT EXISTS log_batches (
 );
 """
 
-_FRAME_END = b"\n\n"
 _READ_BATCH_BYTES = 1 << 18
 """Most bytes one `read_after` returns (at least one frame): one SSE write's worth."""
 _ROW_BYTES = 1 << 16
@@ -109,9 +108,10 @@ T = TypeVar("T")
 
 def _split(batch: bytes) -> list[bytes]:
     """The frames of one stored batch (concatenated SSE frames)."""
-    parts = batch.split(_FRAME_END)
-    # Every frame ends with the separator, so the last part is empty.
-    return [part + _FRAME_END for part in parts[:-1]]
+    try:
+        return split_frames(batch)
+    except ValueError as error:
+        raise StoreError(f"SQLite store: a damaged event log batch ({error})") from error
 
 
 def _encode(value: Any) -> str:
