@@ -72,13 +72,18 @@ async def server_process(*flags: str) -> AsyncIterator[Server]:
         await _wait_healthy(host, port, process)
         yield Server(host, port, process.pid)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await stop_process(process)
+
+
+async def stop_process(process: trio.Process) -> None:
+    """SIGTERM, 10 s to exit, then SIGKILL."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    with trio.move_on_after(10):
+        await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 def _free_port() -> int:

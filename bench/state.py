@@ -33,7 +33,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,15 @@ from pathlib import Path
 
 import trio
 
-from _harness import MODEL, Connection, Server, get_bytes, request_bytes, server_process
+from _harness import (
+    MODEL,
+    Connection,
+    Server,
+    get_bytes,
+    request_bytes,
+    server_process,
+    stop_process,
+)
 
 BACKENDS = ("memory", "sqlite", "redis")
 STREAM_TOKENS = 20_000
@@ -113,12 +120,7 @@ async def running_redis(directory: Path) -> AsyncIterator[Redis]:
                 await trio.sleep(0.02)
         yield redis
     finally:
-        process.send_signal(signal.SIGTERM)
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await stop_process(process)
 
 
 async def _ping(redis: Redis) -> str:
