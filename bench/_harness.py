@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -73,6 +74,22 @@ async def server_process(*flags: str) -> AsyncIterator[Server]:
         yield Server(host, port, process.pid)
     finally:
         await stop_process(process)
+
+
+async def read_to_done(stream: trio.SocketStream, request: bytes) -> tuple[bytes, float]:
+    """Send ``request`` and read its SSE response to the final chunk after ``[DONE]``;
+    returns the raw bytes and the seconds it took."""
+    chunks: list[bytes] = []
+    tail = b""
+    start = time.perf_counter()
+    await stream.send_all(request)
+    while not tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
+        chunk = await stream.receive_some(1 << 18)
+        if not chunk:
+            raise ConnectionError("stream ended before [DONE]")
+        chunks.append(chunk)
+        tail = (tail + chunk)[-64:]
+    return b"".join(chunks), time.perf_counter() - start
 
 
 async def stop_process(process: trio.Process) -> None:

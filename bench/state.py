@@ -50,6 +50,7 @@ from _harness import (
     Connection,
     Server,
     get_bytes,
+    read_to_done,
     request_bytes,
     server_process,
     stop_process,
@@ -65,7 +66,6 @@ MEMORY_TOTAL = 10_000
 MEMORY_CHECKPOINTS = (1_000, 5_000, MEMORY_TOTAL)
 MEMORY_CONNECTIONS = 8
 MEMORY_LIMITS = ("--max-stored-responses", "1000", "--max-retained-streams", "200")
-DONE = b"data: [DONE]\n\n\r\n0\r\n\r\n"
 TERMINAL = {"completed", "failed", "cancelled", "incomplete"}
 MIB = 1 << 20
 
@@ -217,18 +217,7 @@ async def stream_create(server: Server, tokens: int) -> tuple[int, float, str]:
     stream = await trio.open_tcp_stream(server.host, server.port)
     async with stream:
         body = {"model": MODEL, "input": f"tokens:{tokens}", "background": True, "stream": True}
-        chunks: list[bytes] = []
-        tail = b""
-        start = time.perf_counter()
-        await stream.send_all(request_bytes(body))
-        while not tail.endswith(DONE):
-            chunk = await stream.receive_some(1 << 18)
-            if not chunk:
-                raise ConnectionError("stream ended before [DONE]")
-            chunks.append(chunk)
-            tail = (tail + chunk)[-64:]
-        elapsed = time.perf_counter() - start
-    data = b"".join(chunks)
+        data, elapsed = await read_to_done(stream, request_bytes(body))
     match = re.search(rb'"id":"(resp_[0-9a-f]+)"', data)
     assert match, data[:500]
     events = data.count(b"\nevent: ") + 1  # the first follows the headers

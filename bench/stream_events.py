@@ -11,29 +11,18 @@ rate to the first (no per-token cost that grows with length: close to 1).
 from __future__ import annotations
 
 import sys
-import time
 
 import trio
 
-from _harness import MODEL, request_bytes, running_server
+from _harness import MODEL, read_to_done, request_bytes, running_server
 
 
 async def stream_once(host: str, port: int, tokens: int) -> tuple[int, float]:
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
         request = request_bytes({"model": MODEL, "input": f"tokens:{tokens}", "stream": True})
-        chunks: list[bytes] = []
-        tail = b""
-        start = time.perf_counter()
-        await stream.send_all(request)
-        while not tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
-            chunk = await stream.receive_some(1 << 18)
-            if not chunk:
-                raise ConnectionError("stream ended before [DONE]")
-            chunks.append(chunk)
-            tail = (tail + chunk)[-64:]
-        elapsed = time.perf_counter() - start
-    events = b"".join(chunks).count(b"\nevent: ") + 1  # the first follows the headers
+        data, elapsed = await read_to_done(stream, request)
+    events = data.count(b"\nevent: ") + 1  # the first follows the headers
     return events, elapsed
 
 
