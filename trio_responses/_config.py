@@ -18,6 +18,8 @@ EngineName = Literal["scripted", "vllm"]
 SCRIPTED_MODEL_NAME = "gpt-oss-scripted"
 
 StoreKind = Literal["memory", "sqlite", "redis"]
+
+PythonSandbox = Literal["auto", "bwrap", "none"]
 _STORE_SCHEMES: dict[str, StoreKind] = {
     "memory": "memory",
     "sqlite": "sqlite",
@@ -109,6 +111,15 @@ class Config:
     """Bundled python tool: address space per run, in MiB."""
     python_wall_s: float = 30.0
     """Bundled python tool: wall-clock seconds per run."""
+    python_sandbox: PythonSandbox = "auto"
+    """Bundled python tool: ``bwrap`` runs user code in a bubblewrap sandbox (no
+    network, no view of the host's files or processes); ``auto`` does so and refuses
+    to start the code interpreter when bubblewrap does not work here; ``none`` runs
+    it with resource limits only (a warning at start and in ``/health``)."""
+    python_processes: int = 32
+    """Bundled python tool: most processes one run may have at once."""
+    python_disk_mb: int = 64
+    """Bundled python tool: size of each run's private work directory, in MiB."""
     mcp_allow_hosts: tuple[str, ...] = ()
     """Host patterns (``fnmatch``, optionally ``host:port``) that per-request MCP
     ``server_url``s may use. Empty: per-request MCP servers are refused."""
@@ -118,6 +129,15 @@ class Config:
     # -- security and request limits -----------------------------------------
     api_keys: tuple[str, ...] = ()
     """When non-empty, every ``/v1`` route needs ``Authorization: Bearer KEY``."""
+    admin_keys: tuple[str, ...] = ()
+    """Keys that may read ``/health`` statistics when ``api_keys`` are set (without
+    one, ``/health`` answers liveness only)."""
+    max_active_jobs_per_key: int | None = None
+    """With ``api_keys``: most responses one key may have generating at once
+    (unset: only ``max_active_jobs`` applies); beyond it they queue."""
+    max_queued_jobs_per_key: int | None = None
+    """With ``api_keys``: most responses one key may have waiting for a slot
+    (unset: only ``max_queued_jobs`` applies); beyond it, 429 for that key."""
     max_body_bytes: int = 16 * 1024 * 1024
     """Largest accepted request body; larger ones get 413."""
     max_input_items: int = 2_000
@@ -128,6 +148,9 @@ class Config:
     # -- streaming ------------------------------------------------------------
     sse_keepalive_s: float = 15.0
     """A ``: keep-alive`` comment is written after this long without events."""
+    sse_write_timeout_s: float = 30.0
+    """A stream whose client takes longer than this to accept a write is closed
+    (a foreground response is then cancelled)."""
     replay_events: int = 65_536
     """Event-log ring: most events kept per response (replay for resume)."""
     replay_bytes: int = 32 * 1024 * 1024
@@ -153,7 +176,11 @@ class Config:
     """Responses waiting for a slot; beyond this, 429 ``server_busy``."""
     max_stored_responses: int = 10_000
     """Finished responses kept (memory: least recently used evicted first; SQLite and
-    Redis: oldest finished first)."""
+    Redis: oldest finished first). With ``api_keys`` each key gets an equal share, and
+    only a key's own responses are evicted to make room for it."""
+    max_store_bytes: int = 1024 * 1024 * 1024
+    """Most bytes of stored responses (records and input items), shared like
+    ``max_stored_responses``."""
     store_ttl_s: float = 7 * 24 * 3600.0
     """Finished responses are dropped this long after they end."""
     shutdown_grace_s: float = 10.0
@@ -182,6 +209,9 @@ class Config:
             "retained_stream_bytes",
             "python_cpu_s",
             "python_memory_mb",
+            "python_processes",
+            "python_disk_mb",
+            "max_store_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -196,7 +226,15 @@ class Config:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        for name in ("tool_timeout_s", "python_wall_s", "job_lease_s"):
+        for name, least in (("max_active_jobs_per_key", 1), ("max_queued_jobs_per_key", 0)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be >= {least}")
+        if self.python_sandbox not in ("auto", "bwrap", "none"):
+            raise ValueError(
+                f"python_sandbox must be 'auto', 'bwrap' or 'none', not {self.python_sandbox!r}"
+            )
+        for name in ("tool_timeout_s", "python_wall_s", "job_lease_s", "sse_write_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for spec in self.tool_servers:

@@ -65,6 +65,25 @@ _SERVE_OPTIONS = (
         "(repeatable; comma-separated in the variable)",
         repeat=True,
     ),
+    _Option(
+        "--admin-key",
+        "admin_keys",
+        "key that may read /health statistics when --api-key is set "
+        "(repeatable; comma-separated in the variable)",
+        repeat=True,
+    ),
+    _Option(
+        "--max-active-jobs-per-key",
+        "max_active_jobs_per_key",
+        "with --api-key: responses one key may have generating at once",
+        int,
+    ),
+    _Option(
+        "--max-queued-jobs-per-key",
+        "max_queued_jobs_per_key",
+        "with --api-key: responses one key may have waiting before 429",
+        int,
+    ),
     _Option("--token-delay", "token_delay_s", "scripted engine: seconds between tokens", float),
     _Option(
         "--vllm-arg",
@@ -138,6 +157,12 @@ _SERVE_OPTIONS = (
         "finished responses kept (memory: least recently used go first; SQLite, Redis: oldest)",
         int,
     ),
+    _Option(
+        "--max-store-bytes",
+        "max_store_bytes",
+        "most bytes of stored responses (with --api-key: shared equally between keys)",
+        int,
+    ),
     _Option("--store-ttl", "store_ttl_s", "seconds a finished response stays stored", float),
     _Option(
         "--shutdown-grace",
@@ -170,6 +195,25 @@ _SERVE_OPTIONS = (
     _Option("--python-memory-mb", "python_memory_mb", "bundled python tool: memory (MiB)", int),
     _Option("--python-timeout", "python_wall_s", "bundled python tool: wall seconds", float),
     _Option(
+        "--python-sandbox",
+        "python_sandbox",
+        "bundled python tool: bwrap (bubblewrap sandbox), auto (bwrap, or refuse to start "
+        "the code interpreter when it does not work) or none (resource limits only)",
+        choices=("auto", "bwrap", "none"),
+    ),
+    _Option(
+        "--python-processes",
+        "python_processes",
+        "bundled python tool: most processes per run",
+        int,
+    ),
+    _Option(
+        "--python-disk-mb",
+        "python_disk_mb",
+        "bundled python tool: size of each run's work directory (MiB)",
+        int,
+    ),
+    _Option(
         "--mcp-allow-host",
         "mcp_allow_hosts",
         "host pattern per-request MCP server_urls may use, e.g. 'mcp.example.com' or "
@@ -177,6 +221,12 @@ _SERVE_OPTIONS = (
         repeat=True,
     ),
     _Option("--tool-timeout", "tool_timeout_s", "seconds before a tool call fails", float),
+    _Option(
+        "--sse-write-timeout",
+        "sse_write_timeout_s",
+        "seconds a stream's client may take to accept a write before it is closed",
+        float,
+    ),
     _Option(
         "--sse-keepalive",
         "sse_keepalive_s",
