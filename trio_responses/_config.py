@@ -136,8 +136,9 @@ class Config:
     """With ``api_keys``: most responses one key may have generating at once
     (unset: only ``max_active_jobs`` applies); beyond it they queue."""
     max_queued_jobs_per_key: int | None = None
-    """With ``api_keys``: most responses one key may have waiting for a slot
-    (unset: only ``max_queued_jobs`` applies); beyond it, 429 for that key."""
+    """With ``api_keys``: most responses one key may have waiting for a slot (unset:
+    ``max_queued_jobs``). A key's unfinished responses are capped at its generating
+    plus its waiting allowance; beyond, 429 ``rate_limit_exceeded`` for that key."""
     max_body_bytes: int = 16 * 1024 * 1024
     """Largest accepted request body; larger ones get 413."""
     max_input_items: int = 2_000
@@ -179,8 +180,10 @@ class Config:
     Redis: oldest finished first). With ``api_keys`` each key gets an equal share, and
     only a key's own responses are evicted to make room for it."""
     max_store_bytes: int = 1024 * 1024 * 1024
-    """Most bytes of stored responses (records and input items), shared like
-    ``max_stored_responses``."""
+    """Most bytes of finished stored responses (each counted as its response and
+    input items in JSON), shared like ``max_stored_responses``. A key's newest
+    response is kept even when larger than the key's share (alone); a create whose
+    input alone is larger is refused (413)."""
     store_ttl_s: float = 7 * 24 * 3600.0
     """Finished responses are dropped this long after they end."""
     shutdown_grace_s: float = 10.0
@@ -255,7 +258,8 @@ class Config:
         command = (
             f"{shlex.quote(sys.executable)} -m trio_responses tool-server python --stdio "
             f"--cpu-seconds {self.python_cpu_s} --memory-mb {self.python_memory_mb} "
-            f"--timeout {self.python_wall_s:g}"
+            f"--timeout {self.python_wall_s:g} --sandbox {self.python_sandbox} "
+            f"--processes {self.python_processes} --disk-mb {self.python_disk_mb}"
         )
         return (f"python=stdio:{command}", *self.tool_servers)
 

@@ -291,6 +291,23 @@ def build_parser() -> argparse.ArgumentParser:
     tool_server.add_argument(
         "--max-output-bytes", type=int, default=64 * 1024, help="output kept per run"
     )
+    tool_server.add_argument(
+        "--sandbox",
+        choices=("auto", "bwrap", "none"),
+        default="auto",
+        help="bwrap: run each call in a bubblewrap sandbox; auto: the same, and refuse to "
+        "start when bubblewrap does not work here; none: resource limits only, no isolation "
+        "[default: auto]",
+    )
+    tool_server.add_argument(
+        "--bwrap", default="bwrap", help="the bubblewrap executable [default: bwrap on PATH]"
+    )
+    tool_server.add_argument(
+        "--processes", type=int, default=32, help="most processes per run [default: 32]"
+    )
+    tool_server.add_argument(
+        "--disk-mb", type=int, default=64, help="size of each run's work directory (MiB)"
+    )
     return parser
 
 
@@ -336,23 +353,33 @@ async def run_server(config: Config) -> None:
 
 
 def run_tool_server(args: argparse.Namespace) -> int:
+    """The ``tool-server`` command; 1 when its sandbox cannot work here."""
     # Only this command needs the MCP server side.
     from .tools import python_server
-    from .tools.sandbox import Limits
+    from .tools.sandbox import Limits, SandboxUnavailable
 
     limits = Limits(
         cpu_s=args.cpu_seconds,
         memory_bytes=args.memory_mb * 1024 * 1024,
         wall_s=args.timeout,
         output_bytes=args.max_output_bytes,
+        processes=args.processes,
+        disk_bytes=args.disk_mb * 1024 * 1024,
     )
-    if args.stdio:
-        # stdout carries the protocol: log to stderr only, and only warnings.
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-        python_server.run_stdio(limits)
-    else:
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-        python_server.run_http(limits, args.host, args.port)
+    try:
+        if args.stdio:
+            # stdout carries the protocol: log to stderr only, and only warnings.
+            logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+            python_server.run_stdio(limits, args.sandbox, args.bwrap)
+        else:
+            logging.basicConfig(
+                level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s"
+            )
+            logging.getLogger("trio_responses").setLevel(logging.INFO)  # the sandbox in force
+            python_server.run_http(limits, args.host, args.port, args.sandbox, args.bwrap)
+    except SandboxUnavailable as refusal:
+        print(f"python tool server: {refusal}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -381,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     from ._config import redacted_url
     from .store.base import StoreError
+    from .tools.sandbox import SandboxUnavailable
 
     failed = False
     try:
@@ -389,6 +417,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed = True
         for failure in group.exceptions:
             logger.error("cannot use the store %s: %s", redacted_url(config.store_url), failure)
+    except* SandboxUnavailable as refusals:
+        failed = True
+        for refusal in refusals.exceptions:
+            logger.error("cannot start the code interpreter: %s", refusal)
     return 1 if failed else 0
 
 

@@ -48,7 +48,11 @@ async def test_mcp_server_killed_mid_call(start_server: StartServer) -> None:
 
 
 async def test_python_server_killed_mid_call(start_server: StartServer) -> None:
-    server = await start_server(code_interpreter=True, python_cpu_s=2, python_wall_s=10)
+    # Without the sandbox user code can reach its parent, the tool server: the way to
+    # make it die in the middle of a call (the sandboxed case is in test_sandbox_escapes).
+    server = await start_server(
+        code_interpreter=True, python_sandbox="none", python_cpu_s=2, python_wall_s=10
+    )
     tools = [{"type": "code_interpreter", "container": {"type": "auto"}}]
     kill = "```python\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n```"
     response = await server.client.responses.create(model=MODEL, input=kill, tools=tools)  # type: ignore[arg-type]

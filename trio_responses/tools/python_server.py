@@ -7,10 +7,15 @@ Every call runs the code in a fresh sandboxed process (`tools.sandbox`) and
 returns what it printed. Code that fails, runs too long or uses too much
 memory gives a tool error (``isError``) whose text is the output plus the
 reason; the server itself is never affected.
+
+Both entry points check the sandbox first (`probe_sandbox`): without a working
+bubblewrap they raise `SandboxUnavailable` and serve nothing, unless the mode
+is ``none``, which logs a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from functools import partial
 
@@ -21,7 +26,9 @@ from hypercorn.config import Config as HypercornConfig
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from .sandbox import Limits, run_python
+from .sandbox import Limits, Sandbox, SandboxMode, probe_sandbox, run_python
+
+logger = logging.getLogger("trio_responses.python_server")
 
 DESCRIPTION = (
     "Run Python code in a fresh, isolated process and return what it prints "
@@ -29,13 +36,13 @@ DESCRIPTION = (
 )
 
 
-def build_server(limits: Limits | None = None) -> MCPServer:
+def build_server(sandbox: Sandbox, limits: Limits | None = None) -> MCPServer:
     limits = limits or Limits()
     server = MCPServer("trio-responses-python", instructions=DESCRIPTION)
 
     @server.tool(description=DESCRIPTION)
     async def python(code: str) -> str:
-        result = await run_python(code, limits)
+        result = await run_python(code, limits, sandbox=sandbox)
         if not result.ok:
             raise ToolError(f"{result.output}\n[{result.problem}]".lstrip("\n"))
         return result.output
@@ -43,22 +50,39 @@ def build_server(limits: Limits | None = None) -> MCPServer:
     return server
 
 
-def run_stdio(limits: Limits) -> None:
+async def checked_sandbox(mode: SandboxMode, bwrap: str, limits: Limits) -> Sandbox:
+    """`probe_sandbox` for this server, logging what is in force."""
+    sandbox = await probe_sandbox(mode, bwrap=bwrap, flag="--sandbox")
+    if sandbox.warning is not None:
+        logger.warning("python tool server: %s", sandbox.warning)
+    logger.info("python tool server sandbox: %s", sandbox.describe(limits))
+    return sandbox
+
+
+def run_stdio(limits: Limits, mode: SandboxMode = "auto", bwrap: str = "bwrap") -> None:
     """Serve MCP on stdin/stdout until the client goes away."""
-    anyio.run(build_server(limits).run_stdio_async, backend="trio")
+
+    async def main() -> None:
+        sandbox = await checked_sandbox(mode, bwrap, limits)
+        await build_server(sandbox, limits).run_stdio_async()
+
+    anyio.run(main, backend="trio")
 
 
-def run_http(limits: Limits, host: str, port: int) -> None:
+def run_http(
+    limits: Limits, host: str, port: int, mode: SandboxMode = "auto", bwrap: str = "bwrap"
+) -> None:
     """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted.
 
     Prints the bound URL (``--port 0`` picks a free port) on stderr.
     """
-    app = build_server(limits).streamable_http_app()
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
 
     async def main() -> None:
+        sandbox = await checked_sandbox(mode, bwrap, limits)
+        app = build_server(sandbox, limits).streamable_http_app()
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(partial(hypercorn.trio.serve, app, config))  # type: ignore[arg-type]
             print(f"python tool server: {urls[0]}/mcp", file=sys.stderr, flush=True)
