@@ -5,6 +5,14 @@ registers the job, records it (``queued``), emits ``response.created`` and only
 then reports started. A create that fails or is cancelled before that point
 leaves nothing behind: no registered job, no record, no task.
 
+Admission: at most ``max_active_jobs`` responses generate at once and
+``max_queued_jobs`` more wait; beyond, 429. With API keys, each key (owner) may
+also be held to ``max_active_jobs_per_key`` generating and
+``max_queued_jobs_per_key`` more waiting (429 for that key only). A key's
+responses wait for one of the key's own slots before they queue for a
+server-wide one, so a key holds at most its own number of server slots, and the
+responses of other keys go past its queue.
+
 Task tree (SPEC §2)::
 
     job nursery                     owned by open_responses_service
@@ -22,7 +30,7 @@ from typing import Any, final
 import trio
 
 from ._config import Config
-from ._exceptions import ServerBusyError, ShuttingDownError
+from ._exceptions import RequestTooLargeError, ServerBusyError, ShuttingDownError
 from ._generation import PromptPlan, generate_response
 from ._prepare import PreparedRequest
 from .background.event_log import EventLog
@@ -33,7 +41,7 @@ from .engine import Engine
 from .protocol.builder import request_echo
 from .protocol.ids import new_id
 from .protocol.lifecycle import Status
-from .store.base import State
+from .store.base import State, StoredResponse, StoreLimits, measure_record
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
 
@@ -46,6 +54,46 @@ SHUTDOWN_ERROR = {
 _INTERNAL_ERROR = {"code": "server_error", "message": "The server had an internal error."}
 _MAX_UNRECORDED = 10_000
 """Finished jobs kept for another try at recording them, at most (the oldest go)."""
+
+
+@final
+class _Tenant:
+    """The jobs of one owner (API key) running here, and its generation slots."""
+
+    def __init__(self, slots: int | None) -> None:
+        self.running = 0
+        """Its jobs registered and not yet ended."""
+        self.slots = trio.CapacityLimiter(slots) if slots is not None else None
+        """At most this many of its jobs generate at once (None: no limit of its own)."""
+
+
+@final
+class _GenerationSlot:
+    """Holds, for one job, its owner's slot (if limited) and then a server-wide one.
+
+    The owner's slot comes first, so a job waiting for it stays out of the
+    server-wide queue, where it would hold up the responses of other owners.
+    Entered and exited by the job's own task (a `trio.CapacityLimiter` borrower).
+    """
+
+    def __init__(self, server: trio.CapacityLimiter, tenant: trio.CapacityLimiter | None) -> None:
+        self._server = server
+        self._tenant = tenant
+
+    async def __aenter__(self) -> None:
+        if self._tenant is not None:
+            await self._tenant.acquire()
+        try:
+            await self._server.acquire()
+        except BaseException:
+            if self._tenant is not None:
+                self._tenant.release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._server.release()
+        if self._tenant is not None:
+            self._tenant.release()
 
 
 @final
@@ -120,6 +168,22 @@ class JobRunner:
         self._unrecorded: dict[str, Recorder] = {}
         """Finished jobs whose final state the store refused; maintenance retries them."""
         self._slots = trio.CapacityLimiter(config.max_active_jobs)
+        self._store_limits = StoreLimits.of(config)
+        per_key = bool(config.api_keys)
+        self._key_slots = config.max_active_jobs_per_key if per_key else None
+        """Most jobs of one owner generating at once (None: no limit of its own)."""
+        self._key_jobs: int | None = None
+        """Most unfinished jobs of one owner (None: no limit of its own)."""
+        if per_key and (
+            config.max_active_jobs_per_key is not None or config.max_queued_jobs_per_key is not None
+        ):
+            self._key_jobs = (config.max_active_jobs_per_key or config.max_active_jobs) + (
+                config.max_queued_jobs
+                if config.max_queued_jobs_per_key is None
+                else config.max_queued_jobs_per_key
+            )
+        self._tenants: dict[str | None, _Tenant] = {}
+        """Owners with jobs running here (none without)."""
         self._accepting = True
         self._idle = trio.Event()
         self._idle.set()
@@ -147,7 +211,12 @@ class JobRunner:
 
     @property
     def queued(self) -> int:
-        return self._slots.statistics().tasks_waiting
+        """Jobs waiting for a generation slot: their owner's or a server-wide one."""
+        waiting = self._slots.statistics().tasks_waiting
+        for tenant in self._tenants.values():
+            if tenant.slots is not None:
+                waiting += tenant.slots.statistics().tasks_waiting
+        return waiting
 
     @property
     def tasks(self) -> int:
@@ -168,18 +237,16 @@ class JobRunner:
         ``response.created``.
 
         Raises:
-            ServerBusyError: every generation slot and queue place is taken.
+            ServerBusyError: every generation slot and queue place is taken (code
+                ``server_busy``), or every one of this owner's (API key's) is
+                (code ``rate_limit_exceeded``).
+            RequestTooLargeError: the response is to be stored and its record is
+                larger than this owner's share of the store before any output.
             ShuttingDownError: `shutdown` has begun.
             StoreError: the response could not be recorded.
         """
         config = self._config
-        if not self._accepting:
-            raise ShuttingDownError("The server is shutting down; retry on another replica.")
-        if len(self._running) >= config.max_active_jobs + config.max_queued_jobs:
-            raise ServerBusyError(
-                f"The server is at capacity ({config.max_active_jobs} responses generating, "
-                f"{config.max_queued_jobs} queued). Retry after a short wait."
-            )
+        self._admit(owner)
         request = prepared.request
         response_id = new_id("resp")
         job = Job(
@@ -193,7 +260,10 @@ class JobRunner:
             echo=request_echo(request),
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )
-        # Registered before the first checkpoint, so concurrent creates see its place
+        if request.store:
+            await self._check_store_share(job)
+            self._admit(owner)  # again: other creates may have been admitted meanwhile
+        # Registered before the next checkpoint, so concurrent creates see its place
         # taken; from its first step on, the job's task owns the registration.
         self._register(job)
         task_began = False
@@ -213,13 +283,64 @@ class JobRunner:
             raise
         return ResponseHandle.of(job)
 
+    def _admit(self, owner: str | None) -> None:
+        """Refuse a new job when the server, or this owner, has no place for it."""
+        config = self._config
+        if not self._accepting:
+            raise ShuttingDownError("The server is shutting down; retry on another replica.")
+        if len(self._running) >= config.max_active_jobs + config.max_queued_jobs:
+            raise ServerBusyError(
+                f"The server is at capacity ({config.max_active_jobs} responses generating, "
+                f"{config.max_queued_jobs} queued). Retry after a short wait."
+            )
+        tenant = self._tenants.get(owner)
+        if self._key_jobs is not None and tenant is not None and tenant.running >= self._key_jobs:
+            raise ServerBusyError(
+                f"This API key has {tenant.running} unfinished responses, as many as one key "
+                f"may have at once ({self._key_jobs}: --max-active-jobs-per-key generating "
+                "plus --max-queued-jobs-per-key waiting). Retry once some have finished, or "
+                "cancel a background response.",
+                code="rate_limit_exceeded",
+            )
+
+    async def _check_store_share(self, job: Job) -> None:
+        """Refuse a response whose record, as first stored, would not fit its owner's
+        share of the store: it would evict everything the owner has and still be
+        over the bound. (One that grows past the share as it generates is kept,
+        alone: see `StoreLimits`.)"""
+        limits = self._store_limits
+        size = await measure_record(StoredResponse(job.snapshot(), job.input_items, job.owner))
+        if size <= limits.share_bytes:
+            return
+        if limits.per_owner:
+            share = (
+                f"the {limits.share_bytes} bytes each API key may keep stored "
+                f"(--max-store-bytes {limits.max_bytes} shared between {limits.keys} keys)"
+            )
+        else:
+            share = f"the {limits.share_bytes} bytes the store keeps (--max-store-bytes)"
+        raise RequestTooLargeError(
+            f"This response would take {size} bytes in the response store before any "
+            f"output, more than {share}. Send less input, or create it with store: false.",
+            param="input",
+            code="store_limit_exceeded",
+        )
+
     def _register(self, job: Job) -> None:
         self._running[job.id] = job
+        tenant = self._tenants.get(job.owner)
+        if tenant is None:
+            tenant = self._tenants[job.owner] = _Tenant(self._key_slots)
+        tenant.running += 1
         if self._idle.is_set():
             self._idle = trio.Event()
 
     def _unregister(self, job: Job) -> None:
         del self._running[job.id]
+        tenant = self._tenants[job.owner]
+        tenant.running -= 1
+        if not tenant.running:
+            del self._tenants[job.owner]
         job.ended.set()
         if not self._running:
             self._idle.set()
@@ -262,7 +383,7 @@ class JobRunner:
             )
             try:
                 with job.cancel_scope:
-                    async with self._slots:
+                    async with _GenerationSlot(self._slots, self._tenants[job.owner].slots):
                         await generate_response(
                             job, self._engine, toolbox, plan, max_model_len=config.max_model_len
                         )

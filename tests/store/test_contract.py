@@ -22,11 +22,13 @@ from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
 from trio_responses.protocol.request import parse_create_request
 from trio_responses.protocol.sse import decode_event
-from trio_responses.store.base import RESTARTED_ERROR, State, StoredResponse
+from trio_responses.store.base import RESTARTED_ERROR, State, StoredResponse, record_bytes
 from trio_responses.store.open import open_state
 
 OWNER = "owner-a"
 STRANGER = "owner-b"
+TWO_KEYS = ("key-a", "key-b")
+"""Two API keys configured: each owner (whatever its tag) gets half of every bound."""
 
 
 @asynccontextmanager
@@ -43,6 +45,7 @@ def _record(
     replica: str | None = None,
     previous: str | None = None,
     background: bool = False,
+    padding: int = 0,
 ) -> StoredResponse:
     return StoredResponse(
         response={
@@ -54,6 +57,7 @@ def _record(
             "output": [{"type": "message", "id": f"msg_{response_id}", "content": []}],
             "usage": None,
             "error": None,
+            "instructions": "é" * padding,
         },
         input_items=[{"type": "message", "id": f"in_{response_id}", "role": "user"}],
         owner=owner,
@@ -197,6 +201,134 @@ async def test_recovery_of_responses_left_running(store_url: str) -> None:
         assert dead is not None and dead.status == "failed"
         assert dead.response["error"] == RESTARTED_ERROR
         assert await state.store.recover_interrupted() == []  # once only
+
+
+# -- bounds and shares ----------------------------------------------------------------------
+
+ONE = record_bytes(_record("resp_0"))
+"""The size of every ``_record`` with a six-character id and no padding."""
+
+
+async def stored(state: State, *response_ids: str, owner: str = OWNER) -> list[bool]:
+    return [await state.store.get(rid, owner=owner) is not None for rid in response_ids]
+
+
+async def test_finished_records_are_bounded_by_bytes(store_url: str) -> None:
+    async with opened(store_url, max_store_bytes=3 * ONE + ONE // 2) as state:
+        store = state.store
+        # Running records count for nothing and are never evicted, however large.
+        running = _record("resp_run", status="in_progress", replica=state.control.replica)
+        await store.put(replace_padding(running, 10 * ONE))
+        for index in range(5):
+            await store.put(_record(f"resp_{index}"))
+        assert await stored(state, *(f"resp_{index}" for index in range(5))) == [
+            False,
+            False,
+            True,
+            True,
+            True,
+        ]
+        assert await stored(state, "resp_run") == [True]
+        # Sizes are counted in UTF-8 bytes: one record twice as large takes two places.
+        await store.put(_record("resp_5", padding=ONE // 2))
+        assert await stored(state, "resp_2", "resp_3", "resp_4", "resp_5") == [
+            False,
+            False,
+            True,
+            True,
+        ]
+
+
+def replace_padding(record: StoredResponse, padding: int) -> StoredResponse:
+    return StoredResponse(
+        {**record.response, "instructions": "x" * padding},
+        record.input_items,
+        record.owner,
+        record.replica,
+    )
+
+
+@pytest.mark.parametrize("bound", ["count", "bytes"])
+async def test_one_owner_cannot_evict_another(store_url: str, bound: str) -> None:
+    # Each of the two keys gets 2 records, or 2.5 records' bytes.
+    limits = {"max_stored_responses": 4} if bound == "count" else {"max_store_bytes": 5 * ONE}
+    async with opened(store_url, api_keys=TWO_KEYS, **limits) as state:
+        await state.store.put(_record("resp_s0", owner=STRANGER))
+        await state.store.put(_record("resp_s1", owner=STRANGER))
+        for index in range(6):
+            await state.store.put(_record(f"resp_{index}"))
+        mine = await stored(state, *(f"resp_{index}" for index in range(6)))
+        assert mine == [False, False, False, False, True, True]
+        assert await stored(state, "resp_s0", "resp_s1", owner=STRANGER) == [True, True]
+
+
+async def test_without_api_keys_every_owner_shares_one_bound(store_url: str) -> None:
+    async with opened(store_url, max_stored_responses=2) as state:
+        await state.store.put(_record("resp_0"))
+        await state.store.put(_record("resp_1", owner=STRANGER))
+        await state.store.put(_record("resp_2"))
+        assert await stored(state, "resp_0", "resp_2") == [False, True]
+        assert await stored(state, "resp_1", owner=STRANGER) == [True]
+
+
+async def test_a_record_larger_than_its_share_is_kept_alone(store_url: str) -> None:
+    async with opened(store_url, api_keys=TWO_KEYS, max_store_bytes=4 * ONE) as state:
+        await state.store.put(_record("resp_s0", owner=STRANGER))
+        await state.store.put(_record("resp_0"))
+        await state.store.put(_record("resp_1"))
+        # The newest record stays, however large: a response that has just finished
+        # can be retrieved. Its owner's older ones make room; nobody else's.
+        await state.store.put(_record("resp_2", padding=2 * ONE))
+        assert await stored(state, "resp_0", "resp_1", "resp_2") == [False, False, True]
+        await state.store.put(_record("resp_3"))
+        assert await stored(state, "resp_2", "resp_3") == [False, True]
+        assert await stored(state, "resp_s0", owner=STRANGER) == [True]
+
+
+async def test_deleted_and_replaced_records_give_their_place_back(store_url: str) -> None:
+    async with opened(store_url, max_store_bytes=2 * ONE) as state:
+        store = state.store
+        await store.put(_record("resp_0"))
+        await store.put(_record("resp_1"))
+        assert await store.delete("resp_1", owner=OWNER)
+        await store.put(_record("resp_2", status="queued", replica=state.control.replica))
+        await store.put(_record("resp_2"))  # it finished: counted once
+        assert await stored(state, "resp_0", "resp_2") == [True, True]
+        await store.put(_record("resp_3"))
+        assert await stored(state, "resp_0", "resp_2", "resp_3") == [False, True, True]
+
+
+async def test_expired_records_give_their_place_back(store_url: str) -> None:
+    async with opened(store_url, max_store_bytes=2 * ONE, store_ttl_s=1.0) as state:
+        store = state.store
+        await store.put(_record("resp_0"))
+        await store.put(_record("resp_1"))
+        with trio.fail_after(10):
+            while await stored(state, "resp_0", "resp_1") != [False, False]:
+                await store.expire()
+                await trio.sleep(0.05)
+        await store.expire()
+        await store.put(_record("resp_2"))
+        await store.put(_record("resp_3"))
+        assert await stored(state, "resp_2", "resp_3") == [True, True]
+        await store.put(_record("resp_4"))
+        assert await stored(state, "resp_2", "resp_3", "resp_4") == [False, True, True]
+
+
+async def test_the_shares_hold_across_a_reopen(store_url: str) -> None:
+    limits = {"api_keys": TWO_KEYS, "max_store_bytes": 5 * ONE}  # 2.5 records per key
+    async with opened(store_url, **limits) as state:
+        await state.store.put(_record("resp_0"))
+        await state.store.put(_record("resp_1"))
+        await state.store.put(_record("resp_s0", owner=STRANGER))
+    async with opened(store_url, **limits) as state:
+        await state.store.put(_record("resp_2"))
+        if not state.durable:
+            # Nothing outlives the process: the reopened store holds only what follows.
+            assert await stored(state, "resp_0", "resp_1", "resp_2") == [False, False, True]
+            return
+        assert await stored(state, "resp_0", "resp_1", "resp_2") == [False, True, True]
+        assert await stored(state, "resp_s0", owner=STRANGER) == [True]
 
 
 # -- event logs ---------------------------------------------------------------------------

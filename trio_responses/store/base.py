@@ -19,17 +19,26 @@ writer of its record and its stored log (SPEC §12).
 
 Every method may raise `StoreError` when the backend fails (a lost connection,
 a full disk); callers retry boundedly and never let it escape into a job nursery.
+
+Finished records are bounded by count and by bytes (`StoreLimits`), per tenant:
+with API keys each key's responses count against that key's equal share only, so
+no key can push another's out; without, every response shares the whole bound.
+A record's size is `record_bytes`: its response and input items as compact JSON.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NoReturn, Protocol
 
 import trio
 
+from .._config import Config
 from .._exceptions import StoreError
+from .._offload import INLINE_BYTES, offload
 from ..background.event_log import EventLog
 from ..background.subscription import Subscription
 
@@ -45,7 +54,10 @@ __all__ = [
     "ResponseStore",
     "State",
     "StoreError",
+    "StoreLimits",
     "StoredResponse",
+    "measure_record",
+    "record_bytes",
     "with_retries",
 ]
 
@@ -107,6 +119,112 @@ class StoredResponse:
         return replace(self, response=response, replica=None)
 
 
+def encoded(value: Any) -> str:
+    """``value`` as stored: compact, strict JSON (no NaN), UTF-8 left as it is.
+
+    Raises:
+        StoreError: ``value`` cannot be encoded (a caller's bug that must reach the
+            job as a store failure, not crash it).
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise StoreError(f"The response store cannot encode a record as JSON: {error}") from error
+
+
+def record_bytes(record: StoredResponse) -> int:
+    """The size a record counts for in the store's byte bound: its response and its
+    input items as `encoded` JSON, in UTF-8 bytes. The same in every backend.
+
+    CPU-heavy for large records: see `measure_record`.
+    """
+    return len(encoded(record.response).encode()) + len(encoded(record.input_items).encode())
+
+
+async def measure_record(record: StoredResponse) -> int:
+    """`record_bytes`, in a worker thread when the record is large."""
+    estimate = _least_json_bytes([record.response, record.input_items], INLINE_BYTES)
+    return await offload(estimate, partial(record_bytes, record))
+
+
+def _least_json_bytes(value: Any, enough: int) -> int:
+    """About the fewest bytes ``value`` takes as JSON, counted only until past ``enough``.
+
+    Cheap where it matters: a large record is recognised by its first long strings,
+    and a small one has few values to visit.
+    """
+    total = 0
+    pending = [value]
+    while pending and total <= enough:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 2 + sum(len(key) + 4 for key in item)
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            total += 1 + len(item)
+            pending.extend(item)
+        else:
+            total += 4
+    return total
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """How many finished records, and how many bytes of them, a store keeps, and how
+    those bounds are shared.
+
+    Each tenant (`tenant`) gets `share_responses` records and `share_bytes` bytes
+    (the bounds divided equally between the API keys); making room
+    for a tenant's record evicts only that tenant's oldest finished records. A
+    tenant's newest record is kept however large it is (then alone): a response
+    that has just finished can always be retrieved. Running records are neither
+    counted nor evicted (the job limits bound them).
+    """
+
+    max_responses: int
+    """The whole store's bound on finished records (``max_stored_responses``)."""
+    max_bytes: int
+    """The whole store's bound on their bytes (``max_store_bytes``)."""
+    keys: int = 0
+    """How many API keys are configured: each is a tenant with an equal share.
+    0: one tenant, all records together."""
+
+    @classmethod
+    def of(cls, config: Config) -> StoreLimits:
+        return cls(
+            max_responses=config.max_stored_responses,
+            max_bytes=config.max_store_bytes,
+            keys=len(set(config.api_keys)),
+        )
+
+    @property
+    def per_owner(self) -> bool:
+        """True when each owner is a tenant of its own (API keys are configured)."""
+        return self.keys > 0
+
+    @property
+    def share_responses(self) -> int:
+        """Finished records one tenant keeps (at least one)."""
+        return max(1, self.max_responses // max(1, self.keys))
+
+    @property
+    def share_bytes(self) -> int:
+        """Bytes of finished records one tenant keeps (its newest is kept regardless)."""
+        return max(1, self.max_bytes // max(1, self.keys))
+
+    def tenant(self, owner: str | None) -> str | None:
+        """The tenant whose share a record of ``owner`` counts against: the owner
+        itself with API keys; None (all records together) without."""
+        return owner if self.per_owner else None
+
+    def over(self, count: int, size: int) -> bool:
+        """Whether a tenant holding ``count`` finished records of ``size`` bytes must
+        evict its oldest (never its last one for the byte bound)."""
+        return count > self.share_responses or (size > self.share_bytes and count > 1)
+
+
 class ResponseStore(Protocol):
     """Response records by id, scoped to their owner."""
 
@@ -115,7 +233,8 @@ class ResponseStore(Protocol):
 
         A record whose status is running (``queued``/``in_progress``) is never
         evicted or expired; a finished one lives ``store_ttl_s`` and may be
-        evicted earlier to stay within the store's size limits.
+        evicted earlier to stay within the store's `StoreLimits`: only the oldest
+        finished records of its own tenant make room for it.
         """
         ...
 

@@ -1,7 +1,8 @@
 """``memory://``: the state layer inside this process (the default).
 
-- `MemoryStore`: records in a dict, LRU over finished ones, bounded by count,
-  with a time to live. Running records are never evicted.
+- `MemoryStore`: records in a dict, LRU over finished ones, bounded by count
+  and bytes per tenant (`StoreLimits`), with a time to live. Running records are
+  never evicted.
 - `MemoryEventLogs`: keeps the finished in-process rings of background
   responses (`StreamRetention`), nothing else: a job's readers follow its ring.
 - `LocalControl`: every job runs here, so there is nothing to reach.
@@ -24,26 +25,61 @@ from .._config import Config
 from ..background.event_log import EventLog, SubscriberLagged
 from ..background.retention import StreamRetention
 from ..background.subscription import LogSubscription, Subscription
-from .base import CancelHandler, LogStatistics, State, StoredResponse
+from .base import (
+    CancelHandler,
+    LogStatistics,
+    State,
+    StoredResponse,
+    StoreLimits,
+    measure_record,
+)
+
+
+@final
+class _Share:
+    """One tenant's finished records, least recently used first, and their bytes."""
+
+    def __init__(self, tenant: str | None) -> None:
+        self.tenant = tenant
+        self.records: OrderedDict[str, tuple[float, StoredResponse, int]] = OrderedDict()
+        """Response id -> (expiry time, record, size)."""
+        self.bytes = 0
+
+    def add(self, record: StoredResponse, expires_at: float, size: int) -> None:
+        self.records[record.id] = (expires_at, record, size)
+        self.bytes += size
+
+    def remove(self, response_id: str) -> None:
+        _, _, size = self.records.pop(response_id)
+        self.bytes -= size
+
+    def pop_oldest(self) -> str:
+        response_id, (_, _, size) = self.records.popitem(last=False)
+        self.bytes -= size
+        return response_id
 
 
 @final
 class MemoryStore:
-    """Implements `ResponseStore` in memory. Operations never block."""
+    """Implements `ResponseStore` in memory. Operations never block the event loop
+    (a large record is measured in a worker thread)."""
 
     def __init__(
         self,
         *,
-        max_responses: int,
+        limits: StoreLimits,
         ttl_s: float = math.inf,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
-        if max_responses < 1:
-            raise ValueError("max_responses must be >= 1")
-        self._max = max_responses
+        if limits.max_responses < 1 or limits.max_bytes < 1:
+            raise ValueError("the store's bounds must be >= 1")
+        self._limits = limits
         self._ttl = ttl_s
         self._clock = clock
-        self._finished: OrderedDict[str, tuple[float, StoredResponse]] = OrderedDict()
+        self._shares: dict[str | None, _Share] = {}
+        """Finished records by tenant (a tenant without any has no entry)."""
+        self._finished: dict[str, _Share] = {}
+        """The share holding each finished record."""
         self._running: dict[str, StoredResponse] = {}
 
     def __len__(self) -> int:
@@ -51,49 +87,68 @@ class MemoryStore:
 
     async def put(self, record: StoredResponse) -> None:
         await trio.lowlevel.checkpoint()
+        size = 0 if record.running else await measure_record(record)
         key = record.id
-        self._running.pop(key, None)
-        self._finished.pop(key, None)
+        self._forget(key)
         if record.running:
             self._running[key] = record
             return
-        self._finished[key] = (self._clock() + self._ttl, record)
-        while len(self._finished) > self._max:
-            self._finished.popitem(last=False)
+        tenant = self._limits.tenant(record.owner)
+        share = self._shares.get(tenant)
+        if share is None:
+            share = self._shares[tenant] = _Share(tenant)
+        share.add(record, self._clock() + self._ttl, size)
+        self._finished[key] = share
+        while self._limits.over(len(share.records), share.bytes):
+            del self._finished[share.pop_oldest()]
 
     async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
         await trio.lowlevel.checkpoint()
         record = self._running.get(response_id)
         if record is None:
-            entry = self._finished.get(response_id)
-            if entry is None:
+            share = self._finished.get(response_id)
+            if share is None:
                 return None
-            expires_at, record = entry
+            expires_at, record, _ = share.records[response_id]
             if expires_at <= self._clock():
-                del self._finished[response_id]
+                self._forget(response_id)
                 return None
-            self._finished.move_to_end(response_id)
+            share.records.move_to_end(response_id)
         return record if record.owner == owner else None
 
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
         await trio.lowlevel.checkpoint()
         record = self._running.get(response_id)
         if record is None:
-            entry = self._finished.get(response_id)
-            record = entry[1] if entry is not None else None
+            share = self._finished.get(response_id)
+            record = share.records[response_id][1] if share is not None else None
         if record is None or record.owner != owner:
             return False
-        self._running.pop(response_id, None)
-        self._finished.pop(response_id, None)
+        self._forget(response_id)
         return True
 
     async def expire(self) -> int:
         await trio.lowlevel.checkpoint()
         now = self._clock()
-        expired = [key for key, (expires_at, _) in self._finished.items() if expires_at <= now]
+        expired = [
+            key
+            for share in self._shares.values()
+            for key, (expires_at, _, _) in share.records.items()
+            if expires_at <= now
+        ]
         for key in expired:
-            del self._finished[key]
+            self._forget(key)
         return len(expired)
+
+    def _forget(self, response_id: str) -> None:
+        """Remove the record, running or finished, if there is one."""
+        self._running.pop(response_id, None)
+        share = self._finished.pop(response_id, None)
+        if share is None:
+            return
+        share.remove(response_id)
+        if not share.records:
+            del self._shares[share.tenant]
 
     async def recover_interrupted(self) -> list[StoredResponse]:
         await trio.lowlevel.checkpoint()
@@ -185,7 +240,7 @@ async def open_memory_state(config: Config) -> AsyncIterator[State]:
     await trio.lowlevel.checkpoint()
     yield State(
         kind="memory",
-        store=MemoryStore(max_responses=config.max_stored_responses, ttl_s=config.store_ttl_s),
+        store=MemoryStore(limits=StoreLimits.of(config), ttl_s=config.store_ttl_s),
         logs=MemoryEventLogs(stream_retention(config)),
         control=LocalControl(),
     )

@@ -19,7 +19,12 @@ Key layout (``PREFIX`` is ``trio-responses:``)::
     PREFIX response:{id}    string  JSON {response, input_items, owner, replica, updated_at};
                                     no TTL while running, PX store_ttl_s once finished
     PREFIX running          hash    response id → replica running it ("" when unknown)
-    PREFIX finished         zset    id of each finished record, scored by its finish time
+    PREFIX finished[:OWNER] zset    id of each finished record, scored by its finish time:
+                                    one index for the whole store, or, with API keys,
+                                    one per owner (its tenant: see `StoreLimits`)
+    PREFIX stored:bytes     hash    finished record id → its bytes (`record_bytes`)
+    PREFIX stored:total[:OWNER] string  the sum of that index's bytes
+    PREFIX stored:owners    set     ":OWNER" of each per-owner index (for `expire`)
     PREFIX lease:{replica}  string  "host:pid", PX job_lease_s, refreshed every job_lease_s/3
     PREFIX control:{replica} stream cancel messages for that replica: {id: response id}
     PREFIX log:{id}         stream  an entry per `append` batch (per _ENTRY_BYTES of it):
@@ -37,9 +42,10 @@ orders them alike.
 
 Bounds: Redis TTLs expire finished records (``store_ttl_s``) and finished logs
 (``stream_retention_s``); each log is trimmed to about ``replay_events`` events.
-The count limits hold as well, the oldest finished first, as in the other
-backends: the script that finishes a record (`RedisStore.put`, a recovery's
-claim) evicts the oldest finished records beyond ``max_stored_responses``, and
+The count and byte limits hold as well, the oldest finished first, as in the
+other backends: the script that finishes a record (`RedisStore.put`, a
+recovery's claim) evicts the oldest finished records of its index beyond the
+index's share of ``max_stored_responses`` and ``max_store_bytes``, and
 the scripts that finish a log (`RedisEventLogs.finish`, `terminate`, a claim)
 evict the oldest finished logs beyond ``max_retained_streams`` or
 ``retained_stream_bytes`` (the newest stays, however large). Running records
@@ -91,7 +97,15 @@ from ..background.event_log import EventLog, SubscriberLagged
 from ..background.subscription import ReaderSubscription, Subscription
 from ..protocol.builder import terminal_frame
 from ..protocol.sse import is_terminal_frame, split_frames
-from .base import CancelHandler, LogStatistics, State, StoredResponse, StoreError
+from .base import (
+    CancelHandler,
+    LogStatistics,
+    State,
+    StoredResponse,
+    StoreError,
+    StoreLimits,
+    encoded,
+)
 
 logger = logging.getLogger("trio_responses.store.redis")
 
@@ -100,6 +114,9 @@ T = TypeVar("T")
 PREFIX = "trio-responses:"
 _RUNNING = PREFIX + "running"
 _FINISHED = PREFIX + "finished"
+_STORED_BYTES = PREFIX + "stored:bytes"
+_STORED_TOTAL = PREFIX + "stored:total"
+_STORED_OWNERS = PREFIX + "stored:owners"
 _RETAINED = PREFIX + "retained"
 _RETAINED_BYTES = PREFIX + "retained:bytes"
 _RETAINED_TOTAL = PREFIX + "retained:total"
@@ -239,18 +256,59 @@ end
 _RECORDS = (
     _HELPERS
     + """
--- A record finished: index it, forget members its TTL removed, and evict the
--- oldest finished records beyond max (running records are not in the index).
-local function finished_record(index, id, ttl_ms, max, prefix)
+-- One index of finished records: x = {index, total, sizes, owners, suffix, ttl_ms,
+-- max, max_bytes, prefix}, read from KEYS[k..k+3] and ARGV[a..a+4].
+local function records(k, a)
+  return {index = KEYS[k], total = KEYS[k + 1], sizes = KEYS[k + 2], owners = KEYS[k + 3],
+          suffix = ARGV[a], ttl_ms = tonumber(ARGV[a + 1]), max = tonumber(ARGV[a + 2]),
+          max_bytes = tonumber(ARGV[a + 3]), prefix = ARGV[a + 4]}
+end
+
+-- Forget the members of an index whose record its TTL removed (finished before
+-- cutoff); returns how many.
+local function forget_stale(index, total, sizes, cutoff)
+  local stale = redis.call('ZRANGEBYSCORE', index, '-inf', cutoff)
+  if #stale == 0 then return 0 end
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', cutoff)
+  local size = 0
+  for _, id in ipairs(stale) do
+    size = size + tonumber(redis.call('HGET', sizes, id) or '0')
+    redis.call('HDEL', sizes, id)
+  end
+  redis.call('DECRBY', total, int(size))
+  return #stale
+end
+
+-- Take a member out of an index (the record is deleted or running again).
+local function unindex(x, id)
+  if redis.call('ZREM', x.index, id) == 1 then
+    redis.call('DECRBY', x.total, int(tonumber(redis.call('HGET', x.sizes, id) or '0')))
+    redis.call('HDEL', x.sizes, id)
+  end
+end
+
+-- A record finished: index it with its size, forget members its TTL removed, and
+-- evict the oldest finished records of the index beyond its count and byte share;
+-- the newest stays, however large (running records are not in the index).
+local function finished_record(x, id, size)
   local now = now_us()
-  redis.call('ZADD', index, int(now), id)
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', int(now - tonumber(ttl_ms) * 1000))
-  local excess = redis.call('ZCARD', index) - tonumber(max)
-  if excess > 0 then
-    local oldest = redis.call('ZPOPMIN', index, int(excess))  -- {id, score, id, score, ...}
-    for i = 1, #oldest, 2 do
-      redis.call('DEL', prefix .. 'response:' .. oldest[i])
-    end
+  forget_stale(x.index, x.total, x.sizes, int(now - x.ttl_ms * 1000))
+  unindex(x, id)
+  redis.call('ZADD', x.index, int(now), id)
+  redis.call('HSET', x.sizes, id, int(size))
+  local count = redis.call('ZCARD', x.index)
+  local sum = tonumber(redis.call('INCRBY', x.total, int(size)))
+  while count > x.max or (count > 1 and sum > x.max_bytes) do
+    local oldest = redis.call('ZPOPMIN', x.index)[1]
+    sum = sum - tonumber(redis.call('HGET', x.sizes, oldest) or '0')
+    count = count - 1
+    redis.call('HDEL', x.sizes, oldest)
+    redis.call('DEL', x.prefix .. 'response:' .. oldest)
+  end
+  if sum < 0 then sum = 0 end  -- only if the index was tampered with
+  redis.call('SET', x.total, int(sum))
+  if x.suffix ~= '' then
+    redis.call('SADD', x.owners, x.suffix)
   end
 end
 """
@@ -326,38 +384,58 @@ end
 _PUT = (
     _RECORDS
     + """
--- KEYS: record, running, finished. ARGV: json, id, replica, ttl_ms ('' while running),
--- max finished records, prefix
-if redis.call('ZSCORE', KEYS[3], ARGV[2]) then
+-- KEYS: record, running, then the record's index (index, total, sizes, owners).
+-- ARGV: json, id, replica, size, running ('1' or ''), then the index's bounds
+-- (suffix, ttl_ms, max, max_bytes, prefix)
+local x = records(3, 6)
+if redis.call('ZSCORE', x.index, ARGV[2]) then
   -- A finished record is final: this is a retried write, or a replica that stalled
   -- past its lease writing over the recovery of its response.
   return 0
 end
-if ARGV[4] == '' then
+if ARGV[5] == '1' then
   redis.call('SET', KEYS[1], ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-  redis.call('ZREM', KEYS[3], ARGV[2])
 else
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', int(x.ttl_ms))
   redis.call('HDEL', KEYS[2], ARGV[2])
-  finished_record(KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6])
+  finished_record(x, ARGV[2], tonumber(ARGV[4]))
 end
 return 1
 """
 )
 
-_DELETE = """
--- KEYS: record, running, finished. ARGV: id
+_DELETE = (
+    _RECORDS
+    + """
+-- KEYS: record, running, then the record's index (index, total, sizes, owners).
+-- ARGV: id, then the index's bounds (suffix, ttl_ms, max, max_bytes, prefix)
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+unindex(records(3, 2), ARGV[1])
 return redis.call('DEL', KEYS[1])
 """
+)
 
 _EXPIRE_RECORDS = (
-    _HELPERS
+    _RECORDS
     + """
--- KEYS: finished. ARGV: ttl_ms. Forgets the members whose record its TTL removed.
-return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now_us() - tonumber(ARGV[1]) * 1000))
+-- KEYS: sizes, owners. ARGV: ttl_ms, prefix. Forgets, in every index, the members
+-- whose record its TTL removed; returns how many. An emptied per-owner index is
+-- forgotten as well.
+local cutoff = int(now_us() - tonumber(ARGV[1]) * 1000)
+local forgotten = 0
+local suffixes = redis.call('SMEMBERS', KEYS[2])
+table.insert(suffixes, '')  -- the whole store's index
+for _, suffix in ipairs(suffixes) do
+  local index = ARGV[2] .. 'finished' .. suffix
+  local total = ARGV[2] .. 'stored:total' .. suffix
+  forgotten = forgotten + forget_stale(index, total, KEYS[1], cutoff)
+  if suffix ~= '' and redis.call('ZCARD', index) == 0 then
+    redis.call('SREM', KEYS[2], suffix)
+    redis.call('DEL', total)
+  end
+end
+return forgotten
 """
 )
 
@@ -466,11 +544,11 @@ _CLAIM = (
     _LOGS
     + _RECORDS.removeprefix(_HELPERS)
     + """
--- KEYS: lease, running, record, log, meta, finished, retained, retained:bytes,
--- retained:total.
--- ARGV: id, replica, record json, record ttl_ms, max finished records, expected next
--- ('' when the log needs no terminal event), terminal frame, retention_ms,
--- max_streams, max_bytes, prefix
+-- KEYS: lease, running, record, log, meta, retained, retained:bytes, retained:total,
+-- then the record's index (index, total, sizes, owners).
+-- ARGV: id, replica, record json, record size, expected next ('' when the log needs
+-- no terminal event), terminal frame, retention_ms, max_streams, max_bytes, prefix,
+-- then the index's bounds (suffix, ttl_ms, max, max_bytes, prefix)
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0}  -- the replica is alive
 end
@@ -479,16 +557,17 @@ if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
 end
 local written = redis.call('HGET', KEYS[5], 'next')
 local open = written and not redis.call('HGET', KEYS[5], 'done')
-if ARGV[6] == '' then
+if ARGV[5] == '' then
   if open then return {-1} end
-elseif not open or written ~= ARGV[6] then
+elseif not open or written ~= ARGV[5] then
   return {-1}  -- the log changed since the frame was built: build it again
 end
+local x = records(9, 11)
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
-finished_record(KEYS[6], ARGV[1], ARGV[4], ARGV[5], ARGV[11])
-if ARGV[6] ~= '' then
-  return end_log(bounds(7, 8), KEYS[4], KEYS[5], ARGV[1], ARGV[6], ARGV[7])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', int(x.ttl_ms))
+finished_record(x, ARGV[1], tonumber(ARGV[4]))
+if ARGV[5] ~= '' then
+  return end_log(bounds(6, 7), KEYS[4], KEYS[5], ARGV[1], ARGV[5], ARGV[6])
 end
 return {1}
 """
@@ -651,16 +730,15 @@ class _Redis:
         return int(written)
 
 
-def _encode_record(record: StoredResponse) -> str:
-    return _dumps(
-        {
-            "response": record.response,
-            "input_items": record.input_items,
-            "owner": record.owner,
-            "replica": record.replica,
-            "updated_at": record.updated_at,
-        }
-    )
+def _encode_record(record: StoredResponse) -> tuple[bytes, int]:
+    """The stored value of ``record`` and its size (`record_bytes`), from one encoding."""
+    response = encoded(record.response).encode()
+    input_items = encoded(record.input_items).encode()
+    rest = _dumps(
+        {"owner": record.owner, "replica": record.replica, "updated_at": record.updated_at}
+    ).encode()
+    value = b'{"response":%s,"input_items":%s,%s' % (response, input_items, rest[1:])
+    return value, len(response) + len(input_items)
 
 
 def _decode_record(raw: bytes) -> StoredResponse:
@@ -690,25 +768,41 @@ class RedisStore:
     def __init__(self, redis: _Redis) -> None:
         self._redis = redis
         self._ttl_ms = _ms(redis.config.store_ttl_s)
-        self._max = redis.config.max_stored_responses
+        self._limits = StoreLimits.of(redis.config)
+
+    def _index(self, owner: str | None) -> tuple[list[str], list[str | bytes | int]]:
+        """The keys and the bounds of the index a record of ``owner`` is counted in
+        (the trailing KEYS and ARGV of the scripts that change it)."""
+        tenant = self._limits.tenant(owner)
+        suffix = "" if tenant is None else f":{tenant}"
+        keys = [_FINISHED + suffix, _STORED_TOTAL + suffix, _STORED_BYTES, _STORED_OWNERS]
+        limits = self._limits
+        bounds: list[str | bytes | int] = [
+            suffix,
+            self._ttl_ms,
+            limits.share_responses,
+            limits.share_bytes,
+            PREFIX,
+        ]
+        return keys, bounds
 
     async def put(self, record: StoredResponse) -> None:
-        """Write the record; a finished one is indexed in ``finished``, in the same
-        script that evicts the oldest finished records beyond ``max_stored_responses``."""
+        """Write the record; a finished one is indexed in its owner's index, in the same
+        script that evicts that index's oldest finished records beyond its share."""
         record = replace(record, updated_at=time.time())
-        running = record.running
         # Records can be large (long inputs): encode them off the event loop.
-        encoded = await trio.to_thread.run_sync(_encode_record, record)
+        value, size = await trio.to_thread.run_sync(_encode_record, record)
+        index_keys, bounds = self._index(record.owner)
         await self._redis.run(
             self._redis.put,
-            keys=[_record_key(record.id), _RUNNING, _FINISHED],
+            keys=[_record_key(record.id), _RUNNING, *index_keys],
             args=[
-                encoded,
+                value,
                 record.id,
                 record.replica or "",
-                "" if running else self._ttl_ms,
-                self._max,
-                PREFIX,
+                size,
+                "1" if record.running else "",
+                *bounds,
             ],
         )
 
@@ -725,17 +819,20 @@ class RedisStore:
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
         if await self.get(response_id, owner=owner) is None:
             return False
+        index_keys, bounds = self._index(owner)
         deleted = await self._redis.run(
             self._redis.delete,
-            keys=[_record_key(response_id), _RUNNING, _FINISHED],
-            args=[response_id],
+            keys=[_record_key(response_id), _RUNNING, *index_keys],
+            args=[response_id, *bounds],
         )
         return bool(deleted)
 
     async def expire(self) -> int:
-        """Forget, in ``finished``, the records their TTL removed; returns how many."""
+        """Forget, in every index, the records their TTL removed; returns how many."""
         return await self._redis.run(
-            self._redis.expire_records, keys=[_FINISHED], args=[self._ttl_ms]
+            self._redis.expire_records,
+            keys=[_STORED_BYTES, _STORED_OWNERS],
+            args=[self._ttl_ms, PREFIX],
         )
 
     async def recover_interrupted(self) -> list[StoredResponse]:
@@ -778,6 +875,8 @@ class RedisStore:
             record = replace(_decode_record(raw).interrupted(), updated_at=time.time())
             end = await redis.log_end(response_id)
             frame = b"" if end is None else terminal_frame(record.response, end)
+            value, size = await trio.to_thread.run_sync(_encode_record, record)
+            index_keys, bounds = self._index(record.owner)
             claimed = await redis.run(
                 redis.claim,
                 keys=[
@@ -786,18 +885,18 @@ class RedisStore:
                     _record_key(response_id),
                     _log_key(response_id),
                     _meta_key(response_id),
-                    _FINISHED,
                     *_RETAINED_KEYS,
+                    *index_keys,
                 ],
                 args=[
                     response_id,
                     replica,
-                    _encode_record(record),
-                    self._ttl_ms,
-                    self._max,
+                    value,
+                    size,
                     "" if end is None else str(end),
                     frame,
                     *redis.bounds,
+                    *bounds,
                 ],
             )
             if claimed == 1:

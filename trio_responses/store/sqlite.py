@@ -3,7 +3,8 @@
 This module owns the file's schema and everything written to it:
 
 - `SqliteStore`: response records (owner-scoped), finished ones bounded by
-  count and time to live; running ones kept until they finish.
+  count and bytes per tenant (`StoreLimits`) and by time to live; running ones
+  kept until they finish.
 - `SqliteEventLogs`: the event logs of background responses, written batch by
   batch while the job runs (``live``), kept after the job ends within the
   retention limits, and replayed from any retained cursor, also after a restart.
@@ -14,10 +15,10 @@ This module owns the file's schema and everything written to it:
 Every statement runs in a worker thread, on one connection, one operation at a
 time (a `trio.CapacityLimiter` of 1): the Trio thread never blocks on the disk.
 
-Schema (``PRAGMA user_version`` = `SCHEMA_VERSION`)::
+Schema (``PRAGMA user_version`` = `SCHEMA_VERSION`; older files are migrated)::
 
     responses(id PK, owner, status, replica, response JSON, input_items JSON,
-              updated_at, expires_at NULL while running)
+              updated_at, expires_at NULL while running, bytes = `record_bytes`)
     logs(id PK, owner, next_seq, oldest_seq, bytes, complete, finished_at)
     log_batches(id, first_seq, last_seq, bytes, frames, UNIQUE(id, last_seq))
 
@@ -37,7 +38,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, TypeVar, final
+from typing import TypeVar, final
 
 import trio
 
@@ -46,12 +47,20 @@ from ..background.event_log import EventLog, SubscriberLagged
 from ..background.subscription import ReaderSubscription, Subscription
 from ..protocol.builder import terminal_frame
 from ..protocol.sse import is_terminal_frame, split_frames
-from .base import RUNNING_STATUSES, LogStatistics, State, StoredResponse, StoreError
+from .base import (
+    RUNNING_STATUSES,
+    LogStatistics,
+    State,
+    StoredResponse,
+    StoreError,
+    StoreLimits,
+    encoded,
+)
 from .memory import LocalControl
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -62,10 +71,13 @@ CREATE TABLE IF NOT EXISTS responses (
     response    TEXT NOT NULL,
     input_items TEXT NOT NULL,
     updated_at  REAL NOT NULL,
-    expires_at  REAL
+    expires_at  REAL,
+    bytes       INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS responses_finished
     ON responses (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS responses_owner_finished
+    ON responses (owner, expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS responses_running
     ON responses (replica) WHERE expires_at IS NULL;
 
@@ -90,6 +102,14 @@ CREATE TABLE IF NOT EXISTS log_batches (
 );
 """
 
+_MIGRATIONS = {
+    1: """
+ALTER TABLE responses ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE responses SET bytes = length(CAST(response AS BLOB)) + length(CAST(input_items AS BLOB));
+""",
+}
+"""The statements that bring a file of schema version N to N + 1."""
+
 _READ_BATCH_BYTES = 1 << 18
 """Most bytes one `read_after` returns (at least one frame): one SSE write's worth."""
 _ROW_BYTES = 1 << 16
@@ -112,14 +132,6 @@ def _split(batch: bytes) -> list[bytes]:
         return split_frames(batch)
     except ValueError as error:
         raise StoreError(f"SQLite store: a damaged event log batch ({error})") from error
-
-
-def _encode(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        # A caller's bug, but it must reach the job as a store failure, not crash it.
-        raise StoreError(f"SQLite store: cannot encode a record as JSON: {exc}") from exc
 
 
 @final
@@ -181,71 +193,116 @@ class SqliteStore:
         db: _Database,
         *,
         replica: str,
-        max_responses: int,
+        limits: StoreLimits,
         ttl_s: float,
         clock: Callable[[], float] = time.time,
         logs: SqliteEventLogs | None = None,
     ) -> None:
-        if max_responses < 1:
-            raise ValueError("max_responses must be >= 1")
+        if limits.max_responses < 1 or limits.max_bytes < 1:
+            raise ValueError("the store's bounds must be >= 1")
         self._db = db
         self._logs = logs
         self._replica = replica
-        self._max = max_responses
+        self._limits = limits
         self._ttl = ttl_s
         self._clock = clock
-        # Finished records in the file, so that a put knows without a count(*) whether
-        # to evict. Exact: this process is the file's only writer. Worker thread only
-        # (re-read after a rollback).
-        self._finished = 0
+        # Finished records in the file and their bytes, by tenant, so that a put knows
+        # without a query whether to evict. Exact: this process is the file's only
+        # writer. Worker thread only (re-read after a rollback).
+        self._shares: dict[str | None, list[int]] = {}
         db.reloads.append(self.load)
 
     def load(self) -> None:
         """Read the counters (worker thread, at open)."""
-        row = self._db.connection.execute(
-            "SELECT count(*) FROM responses WHERE expires_at IS NOT NULL"
-        ).fetchone()
-        self._finished = int(row[0])
+        rows = self._db.connection.execute(
+            "SELECT owner, count(*), sum(bytes) FROM responses WHERE expires_at IS NOT NULL"
+            " GROUP BY owner"
+        ).fetchall()
+        self._shares = {}
+        for owner, count, size in rows:
+            self._count(self._limits.tenant(owner), int(count), int(size))
+
+    def _count(self, tenant: str | None, count: int, size: int) -> None:
+        """Add ``count`` finished records of ``size`` bytes to a tenant's counters."""
+        share = self._shares.setdefault(tenant, [0, 0])
+        share[0] += count
+        share[1] += size
+        if share[0] <= 0:
+            del self._shares[tenant]
 
     async def put(self, record: StoredResponse) -> None:
         await self._db.run(lambda: self._put_many([record]))
 
     def _put_many(self, records: Sequence[StoredResponse], *, terminate_logs: bool = False) -> None:
         now = self._clock()
-        rows = [
-            (
-                record.id,
-                record.owner,
-                record.status,
-                record.replica,
-                _encode(record.response),
-                _encode(record.input_items),
-                now,
-                None if record.running else now + self._ttl,
+        rows = []
+        for record in records:
+            response, input_items = encoded(record.response), encoded(record.input_items)
+            rows.append(
+                (
+                    record.id,
+                    record.owner,
+                    record.status,
+                    record.replica,
+                    response,
+                    input_items,
+                    now,
+                    None if record.running else now + self._ttl,
+                    len(response.encode()) + len(input_items.encode()),  # `record_bytes`
+                )
             )
-            for record in records
-        ]
         with self._db.transaction() as db:
+            tenants: set[str | None] = set()
             for row in rows:
                 old = db.execute(
-                    "SELECT expires_at IS NOT NULL FROM responses WHERE id = ?", (row[0],)
+                    "SELECT owner, bytes FROM responses WHERE id = ? AND expires_at IS NOT NULL",
+                    (row[0],),
                 ).fetchone()
-                self._finished -= 1 if old is not None and old[0] else 0
+                if old is not None:
+                    self._count(self._limits.tenant(old[0]), -1, -old[1])
                 # REPLACE gives the row a new rowid: the newest write sorts last.
-                db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-                self._finished += 1 if row[7] is not None else 0
-            if self._finished > self._max:
-                # Oldest stored first (the TTL is the same for all: expires_at orders by age).
-                self._finished -= db.execute(
-                    "DELETE FROM responses WHERE rowid IN (SELECT rowid FROM responses"
-                    " WHERE expires_at IS NOT NULL ORDER BY expires_at, rowid LIMIT ?)",
-                    (self._finished - self._max,),
-                ).rowcount
+                db.execute(
+                    "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row
+                )
+                if row[7] is not None:
+                    tenant = self._limits.tenant(row[1])
+                    self._count(tenant, 1, row[8])
+                    tenants.add(tenant)
+            for tenant in tenants:
+                self._evict(db, tenant)
             if terminate_logs and self._logs is not None:
                 # The same transaction ends their logs: a crash cannot leave a failed
                 # record whose log never ends (recovery would not see it again).
                 for record in records:
                     self._logs.terminate_in(db, record)
+
+    def _evict(self, db: sqlite3.Connection, tenant: str | None) -> None:
+        """Delete the tenant's oldest finished records beyond its share (worker thread)."""
+        count, size = self._shares.get(tenant, (0, 0))
+        if not self._limits.over(count, size):
+            return
+        # Oldest stored first (the TTL is the same for all: expires_at orders by age).
+        if self._limits.per_owner:
+            oldest_first = db.execute(
+                "SELECT rowid, bytes FROM responses WHERE expires_at IS NOT NULL"
+                " AND owner IS ? ORDER BY expires_at, rowid",
+                (tenant,),
+            )
+        else:
+            oldest_first = db.execute(
+                "SELECT rowid, bytes FROM responses WHERE expires_at IS NOT NULL"
+                " ORDER BY expires_at, rowid"
+            )
+        evicted: list[tuple[int]] = []
+        evicted_bytes = 0
+        for rowid, row_bytes in oldest_first:
+            if not self._limits.over(count - len(evicted), size - evicted_bytes):
+                break
+            evicted.append((rowid,))
+            evicted_bytes += row_bytes
+        oldest_first.close()  # before deleting from the table it reads
+        db.executemany("DELETE FROM responses WHERE rowid = ?", evicted)
+        self._count(tenant, -len(evicted), -evicted_bytes)
 
     async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
         def work() -> StoredResponse | None:
@@ -271,7 +328,7 @@ class SqliteStore:
         def work() -> bool:
             with self._db.transaction() as db:
                 row = db.execute(
-                    "DELETE FROM responses WHERE id = ? AND owner IS ? RETURNING expires_at",
+                    "DELETE FROM responses WHERE id = ? AND owner IS ? RETURNING expires_at, bytes",
                     (response_id, owner),
                 ).fetchone()
                 if row is None:
@@ -279,7 +336,7 @@ class SqliteStore:
                 expires_at: float | None = row[0]
                 if expires_at is None:
                     return True
-                self._finished -= 1
+                self._count(self._limits.tenant(owner), -1, -row[1])
             # Expired but not yet collected: it was already gone for readers.
             return expires_at > self._clock()
 
@@ -289,10 +346,12 @@ class SqliteStore:
         def work() -> int:
             with self._db.transaction() as db:
                 expired = db.execute(
-                    "DELETE FROM responses WHERE expires_at <= ?", (self._clock(),)
-                ).rowcount
-                self._finished -= expired
-            return expired
+                    "DELETE FROM responses WHERE expires_at <= ? RETURNING owner, bytes",
+                    (self._clock(),),
+                ).fetchall()
+                for owner, row_bytes in expired:
+                    self._count(self._limits.tenant(owner), -1, -row_bytes)
+            return len(expired)
 
         return await self._db.run(work)
 
@@ -734,8 +793,10 @@ def _prepare(connection: sqlite3.Connection, path: str) -> None:
                 f"SQLite store {path} has schema version {version}; this trio-responses "
                 f"understands up to {SCHEMA_VERSION} (written by a newer version?)"
             )
+        # A new file (version 0) gets the schema as it is; an older one its migrations.
+        steps = "".join(_MIGRATIONS[step] for step in range(version, SCHEMA_VERSION) if version)
         connection.executescript(
-            f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            f"BEGIN; {steps} {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
         )
     except sqlite3.DatabaseError as exc:
         raise StoreError(
@@ -770,7 +831,7 @@ async def open_sqlite_state(
     store = SqliteStore(
         db,
         replica=control.replica,
-        max_responses=config.max_stored_responses,
+        limits=StoreLimits.of(config),
         ttl_s=config.store_ttl_s,
         clock=clock,
         logs=logs,
