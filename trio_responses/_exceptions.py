@@ -3,7 +3,7 @@
 Each error carries the hints the wire format needs (status, type, code, param)::
 
     ResponsesError                      status_hint  type                    code
-    ├── InvalidRequestError             400          invalid_request_error   (varies)
+    ├── InvalidRequestError             400          invalid_request_error   invalid_request *
     ├── AuthenticationError             401          authentication_error    invalid_api_key
     ├── NotFoundError                   404          invalid_request_error   not_found
     │   └── ModelNotFoundError          404          invalid_request_error   model_not_found
@@ -14,6 +14,9 @@ Each error carries the hints the wire format needs (status, type, code, param)::
     │   └── StoreError                  503          server_error            store_unavailable
     └── ShuttingDownError               503          server_error            server_shutting_down
 
+Every error has a code (the wire format's ``code`` is never null): the class's,
+unless the raise site names a more precise one (* ``invalid_value``,
+``unknown_parameter``, ``invalid_json``…).
 Messages are written for the person reading the API response: they say what is
 wrong and what to do about it.
 """
@@ -28,13 +31,13 @@ class ResponsesError(Exception):
 
     status_hint: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
-    default_code: ClassVar[str | None] = None
+    default_code: ClassVar[str] = "server_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
-        self.code = code if code is not None else self.default_code
+        self.code: str = code if code is not None else self.default_code
 
     def to_error_object(self) -> dict[str, str | None]:
         """The ``error`` object of the OpenAI wire format."""
@@ -51,6 +54,7 @@ class InvalidRequestError(ResponsesError):
 
     status_hint = 400
     error_type = "invalid_request_error"
+    default_code = "invalid_request"
 
 
 class AuthenticationError(ResponsesError):

@@ -60,14 +60,14 @@ def assert_error(body: dict[str, Any], *, type_: str, param: str | None, code: s
             "include[0]",
             "unsupported_value",
         ),
-        ({"model": MODEL, "background": True, "store": False}, "background", None),
+        ({"model": MODEL, "background": True, "store": False}, "background", "invalid_request"),
         (
             {
                 "model": MODEL,
                 "input": [{"type": "function_call_output", "call_id": "c", "output": "x"}],
             },
             "input[0].call_id",
-            None,
+            "invalid_request",
         ),
     ],
 )

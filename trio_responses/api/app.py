@@ -11,7 +11,9 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
+from functools import partial
 from typing import Any
 
 from quart import Response, g, request
@@ -22,10 +24,13 @@ from .._exceptions import (
     AuthenticationError,
     InvalidRequestError,
     ModelNotFoundError,
+    NotFoundError,
     RequestTooLargeError,
     ResponsesError,
 )
+from .._offload import offload
 from .._service import ResponsesService
+from ..protocol.request import decode_json_body
 from ..protocol.sse import encode_json
 from .sse import SSEBody
 
@@ -34,6 +39,18 @@ logger = logging.getLogger("trio_responses.api")
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
+}
+
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""What a response id may look like (ours are ``resp_`` and hex). Anything else names
+nothing, and never reaches a store (where it could collide with other keys)."""
+
+_HTTP_ERROR_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    415: "unsupported_media_type",
+    431: "request_header_fields_too_large",
 }
 
 
@@ -47,7 +64,13 @@ def json_response(payload: Any, status: int = 200) -> Response:
 
 
 def error_response(error: ResponsesError) -> Response:
-    return json_response({"error": error.to_error_object()}, error.status_hint)
+    return _error_json(error.to_error_object(), error.status_hint)
+
+
+def _error_json(error: dict[str, str | None], status: int) -> Response:
+    # ASCII-escaped: a message quoting a client's string stays encodable whatever it holds.
+    payload = json.dumps({"error": error}, separators=(",", ":"))
+    return Response(payload, status=status, mimetype="application/json")
 
 
 def create_app(service: ResponsesService) -> QuartTrio:
@@ -77,6 +100,16 @@ def create_app(service: ResponsesService) -> QuartTrio:
         g.owner = owner_of(presented.decode())
 
     @app.after_request
+    async def close_if_unread(response: Response) -> Response:
+        # A reply sent before the body was read (a 401, 404, 405 or 413, a route
+        # that takes no body): hypercorn cannot reuse the connection while the rest
+        # of the body is unread, and closes it. Say so, rather than let a keep-alive
+        # client send its next request into a closing connection.
+        if _has_body() and not getattr(g, "body_read", False):
+            response.headers["Connection"] = "close"
+        return response
+
+    @app.after_request
     async def log_request(response: Response) -> Response:
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
         logger.info(
@@ -104,21 +137,19 @@ def create_app(service: ResponsesService) -> QuartTrio:
             )
         if status == 404:
             message = f"Unknown route: {request.method} {request.path}."
-            code = "not_found"
         elif status == 405:
             message = f"Method {request.method} is not allowed on {request.path}."
-            code = "method_not_allowed"
         else:
             message = error.description or error.name
-            code = None
-        return json_response(
+        server_side = status >= 500
+        return _error_json(
             {
-                "error": {
-                    "message": message,
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": code,
-                }
+                "message": message,
+                "type": "server_error" if server_side else "invalid_request_error",
+                "param": None,
+                "code": _HTTP_ERROR_CODES.get(
+                    status, "server_error" if server_side else "invalid_request"
+                ),
             },
             status,
         )
@@ -126,46 +157,28 @@ def create_app(service: ResponsesService) -> QuartTrio:
     @app.errorhandler(Exception)
     async def on_unexpected(error: Exception) -> Response:
         logger.error("unhandled error on %s %s", request.method, request.path, exc_info=error)
-        return json_response(
+        return _error_json(
             {
-                "error": {
-                    "message": "The server had an internal error while processing your "
-                    "request. It has been logged.",
-                    "type": "server_error",
-                    "param": None,
-                    "code": "server_error",
-                }
+                "message": "The server had an internal error while processing your "
+                "request. It has been logged.",
+                "type": "server_error",
+                "param": None,
+                "code": "server_error",
             },
             500,
         )
 
+    admin_keys = tuple(key.encode() for key in config.admin_keys)
+
     @app.get("/health")
     async def health() -> Response:
-        info = service.engine.info
+        # Liveness for anyone (load balancers, probes); what runs here, and for whom,
+        # only for admins once the server has tenants.
         healthy = service.engine.healthy
-        stats = service.statistics()
-        return json_response(
-            {
-                "status": "ok" if healthy else "unhealthy",
-                "engine": {
-                    "kind": info.kind,
-                    "model": info.model,
-                    "description": info.description,
-                    "healthy": healthy,
-                    "statistics": service.engine.statistics(),
-                },
-                "tool_servers": service.pool.health(),
-                "store": {"kind": service.state.kind, "replica": service.state.control.replica},
-                "jobs": {
-                    "running": stats.running_jobs,
-                    "active": stats.active_jobs,
-                    "queued": stats.queued_jobs,
-                    "retained_streams": stats.retained_streams,
-                    "subscribers": stats.subscribers,
-                },
-            },
-            200 if healthy else 503,
-        )
+        payload: dict[str, Any] = {"status": "ok" if healthy else "unhealthy"}
+        if not keys or _is_admin(admin_keys):
+            payload.update(_health_statistics(service))
+        return json_response(payload, 200 if healthy else 503)
 
     owned_by = (
         "trio-responses (scripted engine)"
@@ -211,6 +224,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.get("/v1/responses/<response_id>")
     async def retrieve_response(response_id: str) -> Response:
+        _check_response_id(response_id)
         if _flag(request.args.get("stream"), "stream"):
             starting_after = _starting_after()
             subscription = await service.subscribe(
@@ -221,19 +235,22 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.post("/v1/responses/<response_id>/cancel")
     async def cancel_response(response_id: str) -> Response:
+        _check_response_id(response_id)
         return json_response(await service.cancel(response_id, owner=g.owner))
 
     @app.delete("/v1/responses/<response_id>")
     async def delete_response(response_id: str) -> Response:
+        _check_response_id(response_id)
         return json_response(await service.delete(response_id, owner=g.owner))
 
     @app.get("/v1/responses/<response_id>/input_items")
     async def list_input_items(response_id: str) -> Response:
+        _check_response_id(response_id)
         args = request.args
         order = args.get("order", "desc")
         if order not in ("asc", "desc"):
             raise InvalidRequestError(
-                f"Invalid 'order': {order!r}. Use 'asc' or 'desc'.", param="order"
+                f"Invalid 'order': {_shown(order)}. Use 'asc' or 'desc'.", param="order"
             )
         return json_response(
             await service.list_input_items(
@@ -249,12 +266,67 @@ def create_app(service: ResponsesService) -> QuartTrio:
     return app
 
 
+def _is_admin(admin_keys: tuple[bytes, ...]) -> bool:
+    """Whether the request presents an admin key; no key at all is False.
+
+    Raises:
+        AuthenticationError: a key that is not an admin key (API keys included).
+    """
+    header = request.headers.get("Authorization", "").strip()
+    if not header:
+        return False
+    scheme, _, token = header.partition(" ")
+    presented = token.strip().encode()
+    if (
+        scheme.lower() != "bearer"
+        or not presented
+        or not any(hmac.compare_digest(presented, key) for key in admin_keys)
+    ):
+        raise AuthenticationError(
+            "Incorrect admin key provided. /health answers without a key (liveness "
+            "only); its statistics need 'Authorization: Bearer ADMIN_KEY' (--admin-key).",
+        )
+    return True
+
+
+def _health_statistics(service: ResponsesService) -> dict[str, Any]:
+    """What ``/health`` shows admins: the engine, tool servers, store and jobs."""
+    info = service.engine.info
+    stats = service.statistics()
+    return {
+        "engine": {
+            "kind": info.kind,
+            "model": info.model,
+            "description": info.description,
+            "healthy": service.engine.healthy,
+            "statistics": service.engine.statistics(),
+        },
+        "tool_servers": service.pool.health(),
+        "sandbox": service.sandbox.health() if service.sandbox is not None else None,
+        "store": {"kind": service.state.kind, "replica": service.state.control.replica},
+        "jobs": {
+            "running": stats.running_jobs,
+            "active": stats.active_jobs,
+            "queued": stats.queued_jobs,
+            "retained_streams": stats.retained_streams,
+            "subscribers": stats.subscribers,
+        },
+    }
+
+
+def _shown(value: str) -> str:
+    """A query value as an error message quotes it: escaped, and cut short."""
+    return repr(value) if len(value) <= 40 else repr(value[:40]) + "…"
+
+
 def _flag(value: str | None, param: str) -> bool:
     if value is None or value.lower() in ("false", "0", ""):
         return False
     if value.lower() in ("true", "1"):
         return True
-    raise InvalidRequestError(f"Invalid '{param}': {value!r}. Use true or false.", param=param)
+    raise InvalidRequestError(
+        f"Invalid '{param}': {_shown(value)}. Use true or false.", param=param
+    )
 
 
 def _integer(value: str, param: str) -> int:
@@ -262,7 +334,7 @@ def _integer(value: str, param: str) -> int:
         return int(value)
     except ValueError:
         raise InvalidRequestError(
-            f"Invalid '{param}': {value!r} is not an integer.", param=param
+            f"Invalid '{param}': {_shown(value)} is not an integer.", param=param
         ) from None
 
 
@@ -283,14 +355,28 @@ def _sse(body: SSEBody) -> Response:
     return response
 
 
+def _check_response_id(response_id: str) -> None:
+    if not _RESPONSE_ID.fullmatch(response_id):
+        raise NotFoundError(
+            "No response has that id: response ids are letters, digits, '_' and '-' "
+            "(like 'resp_…'), at most 128 characters.",
+            param="response_id",
+        )
+
+
+def _has_body() -> bool:
+    """Whether the request came with a body (announced by its headers)."""
+    length = request.content_length
+    if length is not None:
+        return length > 0
+    return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+
+
 async def _read_json() -> Any:
-    data = await request.get_data(cache=False)
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidRequestError(
-            "We could not parse the JSON body of your request. The API expects a JSON "
-            "object; check that the body is valid JSON and sent with "
-            "'Content-Type: application/json'.",
-            code="invalid_json",
-        ) from None
+    """The request's JSON body, strictly decoded (see `decode_json_body`).
+
+    Large bodies are decoded in a worker thread, so they do not stall the event loop.
+    """
+    data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    g.body_read = True
+    return await offload(len(data), partial(decode_json_body, data))

@@ -13,15 +13,28 @@ Policy for fields (SPEC §4):
   rejected with a message saying so (`UNSUPPORTED_FIELDS`);
 * anything else is an unknown parameter.
 
-Input items tolerate extra keys (clients echo output items back with fields
-that vary between SDK versions); tools do not, since a tool option we do not
-understand could change what the model is allowed to do.
+Input items, content parts and tools accept exactly the fields the OpenAI
+schema defines for their type (clients echo output items back as input, with
+every field the SDK knows), and nothing else: an unknown field is a 400 naming
+it (``input[3].foo``), so a request cannot make the server store data the API
+does not define. Stored items are read back ignoring fields their type does
+not define, which records written by earlier versions may carry
+(`parse_input_item`).
+
+`decode_json_body` is the one parser of request bodies: strict JSON (no
+``NaN``/``Infinity``), nesting at most `MAX_JSON_DEPTH` deep, numbers Python
+can hold, strings that are valid Unicode.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import sys
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -40,6 +53,9 @@ __all__ = [
     "FunctionTool",
     "InputItem",
     "McpTool",
+    "check_json_value",
+    "decode_json_body",
+    "mcp_headers",
     "parse_create_request",
 ]
 
@@ -80,26 +96,33 @@ SUPPORTED_INCLUDES = frozenset(
 )
 
 _STRICT = ConfigDict(strict=True, extra="forbid")
-_LENIENT = ConfigDict(strict=True, extra="allow")
+_REFUSED = ConfigDict(strict=True, extra="allow")
+"""For types the server refuses whatever their fields (`UnsupportedPart`,
+`UnsupportedTool`): the refusal names the type, not a field."""
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 # -- content parts --------------------------------------------------------------
 
 
 class InputText(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["input_text"]
     text: str
+    prompt_cache_breakpoint: dict[str, Any] | None = None
 
 
 class OutputText(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["output_text"]
     text: str
+    annotations: list[dict[str, Any]] | None = None
+    logprobs: list[dict[str, Any]] | None = None
 
 
 class Refusal(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["refusal"]
     refusal: str
 
@@ -107,7 +130,7 @@ class Refusal(BaseModel):
 class UnsupportedPart(BaseModel):
     """Image, file and audio parts: gpt-oss reads text only."""
 
-    model_config = _LENIENT
+    model_config = _REFUSED
     type: Literal["input_image", "input_file", "input_audio"]
 
 
@@ -117,32 +140,38 @@ ContentPart = Annotated[
 
 
 class SummaryText(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["summary_text"]
     text: str
 
 
 class ReasoningText(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["reasoning_text"]
     text: str
 
 
 class LogsOutput(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["logs"]
     logs: str
 
 
 # -- input items ------------------------------------------------------------------
+#
+# Each item type has the fields of the OpenAI schema: those of its input param
+# and of the output item clients echo back (``id``, ``status``…). The ones this
+# server does not read are kept as sent, so a listed or retrieved item shows them.
 
 
 class MessageItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
     content: str | list[ContentPart]
     id: str | None = None
+    status: ItemStatus | None = None
+    phase: Literal["commentary", "final_answer"] | None = None
 
     def text(self) -> str:
         """The message's text parts joined together."""
@@ -158,20 +187,29 @@ class MessageItem(BaseModel):
 
 
 class FunctionCallItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["function_call"]
     call_id: str
     name: str
     arguments: str
     id: str | None = None
+    status: ItemStatus | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+    async_: Annotated[bool | None, Field(alias="async")] = None
 
 
 class FunctionCallOutputItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["function_call_output"]
     call_id: str
     output: str | list[ContentPart]
     id: str | None = None
+    status: ItemStatus | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+    created_by: str | None = None
 
     def text(self) -> str:
         if isinstance(self.output, str):
@@ -180,11 +218,13 @@ class FunctionCallOutputItem(BaseModel):
 
 
 class ReasoningItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["reasoning"]
     id: str | None = None
     summary: list[SummaryText] = []
     content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: ItemStatus | None = None
 
     def text(self) -> str:
         if self.content:
@@ -193,22 +233,25 @@ class ReasoningItem(BaseModel):
 
 
 class CodeInterpreterCallItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["code_interpreter_call"]
     id: str
     code: str | None = None
+    container_id: str | None = None
     outputs: list[dict[str, Any]] | None = None
+    status: str | None = None
 
 
 class WebSearchCallItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["web_search_call"]
     id: str
     action: dict[str, Any] | None = None
+    status: str | None = None
 
 
 class McpListToolsItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["mcp_list_tools"]
     id: str
     server_label: str
@@ -217,7 +260,7 @@ class McpListToolsItem(BaseModel):
 
 
 class McpCallItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["mcp_call"]
     id: str
     server_label: str
@@ -226,6 +269,7 @@ class McpCallItem(BaseModel):
     output: str | None = None
     error: str | dict[str, Any] | None = None
     approval_request_id: str | None = None
+    status: str | None = None
 
     def result_text(self) -> str:
         """What the model read after this call: the output, or the error."""
@@ -246,7 +290,7 @@ class McpCallItem(BaseModel):
 
 
 class McpApprovalRequestItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["mcp_approval_request"]
     id: str
     server_label: str
@@ -255,7 +299,7 @@ class McpApprovalRequestItem(BaseModel):
 
 
 class McpApprovalResponseItem(BaseModel):
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["mcp_approval_response"]
     approval_request_id: str
     approve: bool
@@ -350,7 +394,7 @@ class McpTool(BaseModel):
 
 
 class UnsupportedTool(BaseModel):
-    model_config = _LENIENT
+    model_config = _REFUSED
     type: Literal[
         "file_search",
         "computer",
@@ -440,7 +484,7 @@ class CreateRequest(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
 
-    model: str
+    model: Annotated[str, Field(max_length=256)]
     input: str | list[InputItem] = []
     instructions: str | None = None
     tools: list[Tool] = []
@@ -456,7 +500,7 @@ class CreateRequest(BaseModel):
     store: bool = True
     stream: bool = False
     background: bool = False
-    previous_response_id: str | None = None
+    previous_response_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")] | None = None
     metadata: Metadata | None = None
     user: str | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
@@ -497,8 +541,171 @@ _ITEM_ADAPTER: TypeAdapter[InputItem] = TypeAdapter(InputItem)
 
 
 def parse_input_item(raw: Any) -> InputItem:
-    """Validate one stored input item (already checked once when it arrived)."""
-    return _ITEM_ADAPTER.validate_python(raw)
+    """Validate one stored input item (already checked once when it arrived).
+
+    Fields its type does not define are dropped rather than refused: records
+    written by earlier versions of this server may carry some.
+    """
+    return _ITEM_ADAPTER.validate_python(raw, extra="ignore")
+
+
+# -- the JSON body ----------------------------------------------------------------------------
+
+MAX_JSON_DEPTH = 64
+"""How deeply arrays and objects may nest in a request body.
+
+Real requests stay far below it: the deepest part is usually the JSON schema of
+a tool's parameters, a handful of levels. Validation, prompt rendering and
+storing a record all walk values recursively, so this also bounds their
+recursion, well inside Python's.
+"""
+
+_MAX_KEY_IN_PARAM = 64
+"""Longest object key repeated in an error's ``param`` (longer ones are cut)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+_BAD_JSON = (
+    "We could not parse the JSON body of your request. The API expects a JSON "
+    "object; check that the body is valid JSON (UTF-8) and sent with "
+    "'Content-Type: application/json'."
+)
+
+
+class _NonFiniteNumber(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a body (Python's json accepts them)."""
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise _NonFiniteNumber(name)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+_Path = tuple[Any, int | str] | None
+"""Where a value sits in the body: (parent path, key or index), None for the root."""
+
+
+def decode_json_body(data: bytes) -> Any:
+    """Decode a request body as strict JSON and check what the server cannot hold.
+
+    The body must be UTF-8; ``NaN``/``Infinity`` and numbers that do not fit
+    (``1e999``, integers longer than Python converts) are refused, so whatever
+    is stored stays strict JSON; so are nesting deeper than `MAX_JSON_DEPTH`
+    and lone UTF-16 surrogates (``"\\ud800"``), which no UTF-8 encoder accepts.
+
+    CPU-bound (linear in ``len(data)``): callers run large bodies off the event loop.
+
+    Raises:
+        InvalidRequestError: code ``invalid_json``, or ``invalid_value`` with
+            ``param`` naming the string that holds a surrogate.
+    """
+    try:
+        value = _DECODER.decode(data.decode("utf-8"))
+    except _NonFiniteNumber as error:
+        raise InvalidRequestError(
+            f"The request body contains {error}, which JSON does not allow. "
+            "Send finite numbers only.",
+            code="invalid_json",
+        ) from None
+    except RecursionError:  # the C decoder recurses once per level
+        raise _too_deep(None) from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidRequestError(_BAD_JSON, code="invalid_json") from None
+    except ValueError:  # an integer with more digits than int() converts
+        raise InvalidRequestError(
+            "A number in the request body has more digits than this server accepts "
+            f"({sys.get_int_max_str_digits()}).",
+            code="invalid_json",
+        ) from None
+    check_json_value(value)
+    return value
+
+
+def check_json_value(value: Any) -> None:
+    """Raise `InvalidRequestError` for what `decode_json_body` refuses after parsing.
+
+    An explicit stack rather than recursion, so a deep value costs no Python
+    frames; each node is visited once.
+    """
+    if isinstance(value, str | float):
+        _check_scalar(value, None)
+    stack: list[tuple[Any, int, _Path]] = [(value, 1, None)]
+    while stack:
+        node, depth, path = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.items()
+        elif isinstance(node, list):
+            children = enumerate(node)
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise _too_deep(path)
+        for key, child in children:
+            if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                raise _lone_surrogate((path, key))
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1, (path, key)))
+            elif isinstance(child, str | float):
+                _check_scalar(child, (path, key))
+
+
+def _check_scalar(value: str | float, path: _Path) -> None:
+    if isinstance(value, str):
+        if not value.isascii() and _SURROGATE.search(value):
+            raise _lone_surrogate(path)
+    elif not math.isfinite(value):
+        raise InvalidRequestError(
+            f"Invalid value for {_quoted(path)}: the number is too large for this server. "
+            "Send finite numbers (at most about 1.8e308).",
+            param=_render(path),
+            code="invalid_value",
+        )
+
+
+def _too_deep(path: _Path) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"The request body nests arrays and objects more than {MAX_JSON_DEPTH} levels "
+        + (f"deep (at {_quoted(path)})." if path is not None else "deep."),
+        param=_render(path),
+        code="invalid_json",
+    )
+
+
+def _lone_surrogate(path: _Path) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"Invalid value for {_quoted(path)}: the string holds a lone UTF-16 surrogate "
+        "(a \\ud800-\\udfff escape without its pair), which is not valid Unicode. "
+        "Escape characters outside the BMP as surrogate pairs, or send them as UTF-8.",
+        param=_render(path),
+        code="invalid_value",
+    )
+
+
+def _render(path: _Path) -> str | None:
+    """``input[0].content`` for a path; keys are made printable and cut short."""
+    keys: list[int | str] = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    rendered = ""
+    for key in reversed(keys):
+        if isinstance(key, int):
+            rendered += f"[{key}]"
+            continue
+        text = _printable_key(key)
+        rendered += f".{text}" if rendered else text
+    return rendered or None
+
+
+def _printable_key(key: str) -> str:
+    text = key.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= _MAX_KEY_IN_PARAM else text[:_MAX_KEY_IN_PARAM] + "…"
+
+
+def _quoted(path: _Path) -> str:
+    rendered = _render(path)
+    return f"'{rendered}'" if rendered is not None else "the request body"
 
 
 # -- parsing and error messages -------------------------------------------------------------
@@ -567,6 +774,8 @@ def _check_semantics(request: CreateRequest) -> None:
                 param=f"tools[{index}].connector_id",
                 code="unsupported_parameter",
             )
+        if isinstance(tool, McpTool):
+            _check_mcp_tool(tool, index)
     seen: set[str] = set()
     for index, function in enumerate(request.tools):
         if isinstance(function, FunctionTool):
@@ -592,6 +801,119 @@ def _check_semantics(request: CreateRequest) -> None:
                         param=f"input[{index}].content[{part_index}].type",
                         code="unsupported_value",
                     )
+
+
+# -- MCP request headers ------------------------------------------------------------------
+
+REFUSED_MCP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+"""Header names a request may not set for its MCP server (nor any ``Proxy-*``):
+hop-by-hop headers and the framing ones the HTTP client owns. Setting them could
+split or smuggle requests on the way to the MCP server."""
+
+MAX_MCP_HEADERS = 64
+MAX_MCP_HEADER_BYTES = 16 * 1024
+"""Longest header value (or ``authorization`` token) sent to an MCP server."""
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
+def mcp_headers(tool: McpTool) -> dict[str, str]:
+    """The HTTP headers a request's MCP server gets: ``headers``, and
+    ``authorization`` as ``Authorization: Bearer …``.
+
+    Values lose surrounding spaces and tabs (not part of a header value, and
+    refused by the HTTP client). Call on a request `parse_create_request` accepted.
+    """
+    headers = {name: value.strip(" \t") for name, value in (tool.headers or {}).items()}
+    if tool.authorization is not None:
+        headers["Authorization"] = "Bearer " + tool.authorization.strip(" \t")
+    return headers
+
+
+def _check_mcp_tool(tool: McpTool, index: int) -> None:
+    """Raise `InvalidRequestError` for a ``server_url`` or header this server cannot send.
+
+    Messages name headers, never their values: those are credentials.
+    """
+    if tool.server_url is not None:
+        try:
+            parts = urlsplit(tool.server_url)
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError:
+            raise InvalidRequestError(
+                "server_url is not a valid URL (check the host and the port).",
+                param=f"tools[{index}].server_url",
+                code="invalid_value",
+            ) from None
+    headers = tool.headers or {}
+    param = f"tools[{index}].headers"
+    if len(headers) > MAX_MCP_HEADERS:
+        raise InvalidRequestError(
+            f"Too many MCP headers: at most {MAX_MCP_HEADERS}.", param=param, code="invalid_value"
+        )
+    seen: set[str] = set()
+    for name, value in headers.items():
+        lowered = name.lower()
+        if not _HEADER_NAME.fullmatch(name):
+            raise InvalidRequestError(
+                "An MCP header name is not a valid HTTP header name (letters, digits "
+                "and !#$%&'*+-.^_`|~ only).",
+                param=param,
+                code="invalid_value",
+            )
+        if lowered in REFUSED_MCP_HEADERS or lowered.startswith("proxy-"):
+            raise InvalidRequestError(
+                f"The MCP header {name!r} cannot be set by a request: hop-by-hop and "
+                "framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, "
+                "Transfer-Encoding, Upgrade, Host, Content-Length) are the HTTP client's.",
+                param=f"{param}.{name}",
+                code="invalid_value",
+            )
+        if lowered in seen:
+            raise InvalidRequestError(
+                f"The MCP header {name!r} is given twice (names are case-insensitive).",
+                param=f"{param}.{name}",
+                code="invalid_value",
+            )
+        seen.add(lowered)
+        _check_header_value(value, f"The value of MCP header {name!r}", f"{param}.{name}")
+    if tool.authorization is not None:
+        if "authorization" in seen:
+            raise InvalidRequestError(
+                "Give the MCP server's credentials once: either 'authorization' or an "
+                "'Authorization' header.",
+                param=f"tools[{index}].authorization",
+                code="invalid_value",
+            )
+        _check_header_value(tool.authorization, "'authorization'", f"tools[{index}].authorization")
+
+
+def _check_header_value(value: str, what: str, param: str) -> None:
+    if len(value) > MAX_MCP_HEADER_BYTES:
+        raise InvalidRequestError(
+            f"{what} is longer than {MAX_MCP_HEADER_BYTES} bytes.",
+            param=param,
+            code="invalid_value",
+        )
+    if not _HEADER_VALUE.fullmatch(value):
+        raise InvalidRequestError(
+            f"{what} holds a character HTTP headers cannot carry (CR, LF, NUL, another "
+            "control character or non-ASCII text). Send printable ASCII only.",
+            param=param,
+            code="invalid_value",
+        )
 
 
 _TYPE_NAMES = {
@@ -629,7 +951,8 @@ def _param_path(loc: tuple[int | str, ...], data: Any, keep_last: bool) -> str:
             continue
         else:
             node = None
-        path += f".{part}" if path else part
+        key = _printable_key(part)
+        path += f".{key}" if path else key
     return path
 
 

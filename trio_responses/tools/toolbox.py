@@ -31,6 +31,7 @@ from ..protocol.request import (
     McpTool,
     McpToolFilter,
     WebSearchTool,
+    mcp_headers,
 )
 from .pool import ToolServer, ToolServerPool
 from .session import McpSession, ToolError, ToolInfo, ToolResult
@@ -126,7 +127,7 @@ class McpServerUse:
             label=tool.server_label,
             description=tool.server_description,
             url=tool.server_url,
-            headers=dict(tool.headers or {}),
+            headers=mcp_headers(tool),
             allowed=allowed,
             **_approval(tool.require_approval),
         )
