@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from functools import partial
 
 import trio
 
 from ._exceptions import EngineError, InvalidRequestError
+from ._offload import offload
 from .background.job import Job
 from .engine.base import Engine, GenerationRequest, SamplingSettings
 from .harmony.encoding import stop_tokens
+from .harmony.fit import render_request_prompt
 from .harmony.prompt import (
     DECLINED,
     PromptTools,
     ToolNamespace,
-    render_request_prompt,
     render_tool_result,
     tool_description,
 )
@@ -91,13 +93,18 @@ async def generate_response(
             for response, approval_request in plan.approvals
         }
         try:
-            prompt = render_request_prompt(
-                request,
-                plan.items,
-                date=plan.date,
-                max_model_len=max_model_len,
-                tools=replace(plan.tools, namespaces=namespaces),
-                approval_results=results,
+            # The same conversation was rendered once already: about 4 bytes a token.
+            prompt = await offload(
+                4 * len(prompt),
+                partial(
+                    render_request_prompt,
+                    request,
+                    plan.items,
+                    date=plan.date,
+                    max_model_len=max_model_len,
+                    tools=replace(plan.tools, namespaces=namespaces),
+                    approval_results=results,
+                ),
             )
         except InvalidRequestError as error:
             job.finish("failed", error=_error(error.message))

@@ -27,13 +27,15 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, NoReturn, final
 
 import trio
 
 from ._config import Config
 from ._exceptions import InvalidRequestError, NotFoundError
-from ._prepare import check_request, prepare
+from ._offload import offload
+from ._prepare import check_request, estimated_size, prepare
 from ._runner import JobRunner, ResponseHandle
 from .background.event_log import SubscriberLagged
 from .background.subscription import LogSubscription, Subscription
@@ -43,6 +45,7 @@ from .protocol.request import CreateRequest, check_includes, parse_create_reques
 from .store.base import State, StoredResponse, StoreError
 from .store.open import open_state
 from .tools.pool import ToolServer, ToolServerPool, ToolServerSpec
+from .tools.sandbox import Limits, SandboxReport, open_sandbox
 
 logger = logging.getLogger("trio_responses.service")
 
@@ -88,11 +91,14 @@ class ResponsesService:
         state: State,
         runner: JobRunner,
         pool: ToolServerPool,
+        sandbox: SandboxReport | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.state = state
         self.pool = pool
+        self.sandbox = sandbox
+        """The bundled code interpreter's sandbox (None without ``code_interpreter``)."""
         self._runner = runner
 
     # -- queries -----------------------------------------------------------------------
@@ -131,17 +137,24 @@ class ResponsesService:
 
         Raises:
             InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
-            ServerBusyError: every generation slot and queue place is taken.
+            RequestTooLargeError: a stored response whose record, before any
+                output, is larger than ``owner``'s share of the store.
+            ServerBusyError: every generation slot and queue place is taken, the
+                server's or (with API keys) ``owner``'s.
             ShuttingDownError: `shutdown` has begun.
             StoreError: the state backend is unavailable.
         """
+        # Validating and rendering a large request takes long enough to stall every
+        # stream: both run in a worker thread when the input is large (pure work).
         if not isinstance(request, CreateRequest):
-            request = parse_create_request(
-                dict(request) if isinstance(request, Mapping) else request
-            )
+            body = dict(request) if isinstance(request, Mapping) else request
+            request = await offload(estimated_size(body), partial(parse_create_request, body))
         check_request(request, self.config, self.pool)
         context = await self._previous_context(request, owner)
-        prepared = prepare(request, context, config=self.config)
+        prepared = await offload(
+            estimated_size((request, context)),
+            partial(prepare, request, context, config=self.config),
+        )
         return await self._runner.start(prepared, owner=owner)
 
     async def _previous_context(
@@ -485,7 +498,23 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
 
     Raises:
         StoreError: the state backend cannot be opened.
+        SandboxUnavailable: ``code_interpreter``, and its sandbox cannot work
+            here (``python_sandbox`` is not ``none``).
     """
+    sandbox = None
+    if config.code_interpreter:
+        # Before anything starts: a code interpreter that cannot isolate user code
+        # stops the server with a message saying what to install.
+        sandbox = await open_sandbox(
+            config.python_sandbox,
+            Limits(
+                cpu_s=config.python_cpu_s,
+                memory_bytes=config.python_memory_mb * 1024 * 1024,
+                wall_s=config.python_wall_s,
+                processes=config.python_processes,
+                disk_bytes=config.python_disk_mb * 1024 * 1024,
+            ),
+        )
     # Loading the harmony vocabulary takes a few hundred milliseconds (or a download):
     # do it now, off the event loop, rather than inside the first request.
     await trio.to_thread.run_sync(get_encoding)
@@ -509,7 +538,12 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         async with trio.open_nursery() as jobs:
             runner = JobRunner(config=config, engine=engine, pool=pool, state=state, nursery=jobs)
             service = ResponsesService(
-                config=config, engine=engine, state=state, runner=runner, pool=pool
+                config=config,
+                engine=engine,
+                state=state,
+                runner=runner,
+                pool=pool,
+                sandbox=sandbox,
             )
             await root.start(_run_in, background, service, runner)
             logger.info(

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from trio_responses import InvalidRequestError
 from trio_responses.harmony.encoding import get_encoding
-from trio_responses.harmony.prompt import build_conversation, render_prompt
-from trio_responses.protocol.request import parse_create_request
+from trio_responses.harmony.fit import render_request_prompt
+from trio_responses.harmony.prompt import PromptTools, build_conversation, render_prompt
+from trio_responses.protocol.request import (
+    CreateRequest,
+    FunctionCallOutputItem,
+    InputItem,
+    McpApprovalResponseItem,
+    parse_create_request,
+    parse_input_item,
+)
+
+DATE = "2026-11-30"
 
 FUNCTION = {
     "type": "function",
@@ -88,3 +101,247 @@ def test_output_without_its_call_is_rejected() -> None:
     with pytest.raises(InvalidRequestError) as raised:
         _prompt(input=[{"type": "function_call_output", "call_id": "nope", "output": "x"}])
     assert raised.value.param == "input[0].call_id"
+
+
+# -- fitting into the context window ------------------------------------------------------
+
+
+def _reference_fit(
+    request: CreateRequest,
+    items: Sequence[InputItem],
+    *,
+    max_model_len: int,
+    tools: PromptTools,
+    approval_results: Mapping[str, str],
+) -> list[int]:
+    """The plain algorithm `render_request_prompt` must agree with: render the whole
+    conversation, and while it does not fit, drop the oldest item (and any tool
+    outputs left at the front without their call) and render it all again."""
+    while True:
+        prompt = render_prompt(
+            build_conversation(
+                request, items, date=DATE, tools=tools, approval_results=approval_results
+            )
+        )
+        if len(prompt) < max_model_len:
+            return prompt
+        if request.truncation != "auto" or len(items) <= 1:
+            raise InvalidRequestError("too long", param="input", code="context_length_exceeded")
+        rest = list(items[1:])
+        while rest and isinstance(rest[0], FunctionCallOutputItem | McpApprovalResponseItem):
+            rest = rest[1:]
+        items = rest or list(items[-1:])
+
+
+def _outcome(function: Callable[..., list[int]], *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    try:
+        return ("prompt", function(*args, **kwargs))
+    except InvalidRequestError as error:
+        return ("error", error.code, error.param)
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "x", "42", "naïve", "日本", "\n", "  ", "{}"]
+
+
+ANY_ITEM = (
+    *("user", "assistant", "assistant", "system", "developer", "reasoning"),
+    *("function_call", "function_call_output", "code", "mcp_call", "request"),
+    *("response", "list", "search"),
+)
+TOOL_ITEM = (
+    *("assistant", "reasoning", "reasoning", "code", "function_call", "function_call_output"),
+    *("mcp_call", "request", "request", "response", "response", "response"),
+)
+
+
+def _random_item(rng: random.Random, index: int, kinds: Sequence[str]) -> dict[str, Any]:
+    def text() -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 30)))
+
+    call_id = f"c{rng.randint(0, 3)}"
+    request_id = f"mcpr_{rng.randint(0, 1 if kinds is TOOL_ITEM else 3)}"
+    kind = rng.choice(kinds)
+    if kind in ("user", "assistant", "system", "developer"):
+        if rng.random() < 0.5:
+            return {"role": kind, "content": text()}
+        part = "output_text" if kind == "assistant" else "input_text"
+        return {"type": "message", "role": kind, "content": [{"type": part, "text": text()}]}
+    if kind == "reasoning":
+        return {
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": text()}],
+        }
+    if kind == "function_call":
+        return {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": rng.choice(["f", "g"]),
+            "arguments": '{"q": "' + text() + '"}',
+        }
+    if kind == "function_call_output":
+        return {"type": "function_call_output", "call_id": call_id, "output": text()}
+    if kind == "code":
+        return {
+            "type": "code_interpreter_call",
+            "id": f"ci_{index}",
+            "code": text(),
+            "outputs": [{"type": "logs", "logs": text()}],
+        }
+    if kind == "mcp_call":
+        call: dict[str, Any] = {
+            "type": "mcp_call",
+            "id": f"mcp_{index}",
+            "server_label": "s",
+            "name": "t",
+            "arguments": "{}",
+            "output": text(),
+        }
+        if rng.random() < 0.5:
+            call["approval_request_id"] = request_id
+        return call
+    if kind == "request":
+        return {
+            "type": "mcp_approval_request",
+            "id": request_id,
+            "server_label": "s",
+            "name": "t",
+            "arguments": '{"a": "' + text() + '"}',
+        }
+    if kind == "response":
+        return {
+            "type": "mcp_approval_response",
+            "approval_request_id": request_id,
+            "approve": rng.random() < 0.5,
+        }
+    if kind == "list":
+        return {"type": "mcp_list_tools", "id": f"mcpl_{index}", "server_label": "s", "tools": []}
+    return {"type": "web_search_call", "id": f"ws_{index}", "status": "completed"}
+
+
+def test_fitting_gives_what_rendering_each_state_in_turn_gives() -> None:
+    rng = random.Random(20261130)
+    outcomes: set[str] = set()
+    for case in range(2000):
+        # Half the cases mix every item type; half are mostly tool calls and approvals.
+        kinds = rng.choice([ANY_ITEM, TOOL_ITEM])
+        count = rng.randint(0, 12)
+        items = [parse_input_item(_random_item(rng, i, kinds)) for i in range(count)]
+        body: dict[str, Any] = {
+            "model": "m",
+            "input": "hi",
+            "truncation": rng.choice(["auto", "auto", "disabled"]),
+        }
+        if rng.random() < 0.5:
+            body["tools"] = [FUNCTION]
+        if rng.random() < 0.3:
+            body["tool_choice"] = "none"
+        if rng.random() < 0.5:
+            body["instructions"] = "Be brief. " * rng.randint(1, 20)
+        request = parse_create_request(body)
+        tools = PromptTools(python=rng.random() < 0.3)
+        results = {f"mcpr_{n}": f"ran {n}" for n in range(4) if rng.random() < 0.2}
+        max_model_len = rng.choice([20, 60, 120, 200, 300, 500, 800, 5000])
+        history: dict[str, Any] = {"tools": tools, "approval_results": results}
+        expected = _outcome(_reference_fit, request, items, max_model_len=max_model_len, **history)
+        got = _outcome(
+            render_request_prompt,
+            request,
+            items,
+            date=DATE,
+            max_model_len=max_model_len,
+            **history,
+        )
+        assert got == expected, (case, [item.type for item in items], max_model_len)
+        if expected[0] == "prompt":
+            whole = _outcome(
+                lambda *args, **kwargs: render_prompt(build_conversation(*args, **kwargs)),
+                request,
+                items,
+                date=DATE,
+                **history,
+            )
+            truncated = whole[0] == "error" or len(whole[1]) >= max_model_len
+            outcomes.add("truncated" if truncated else "whole")
+        else:
+            outcomes.add(str(expected[1]))
+    # The cases cover every outcome: the whole conversation, a truncated one, too
+    # long, and an orphaned output.
+    assert outcomes == {"whole", "truncated", "context_length_exceeded", "invalid_request"}
+
+
+def _fit_tokens(max_model_len: int, **body: Any) -> list[int]:
+    request = parse_create_request({"model": "m", **body})
+    tokens = render_request_prompt(
+        request, request.input_items, date=DATE, max_model_len=max_model_len
+    )
+    assert len(tokens) < max_model_len
+    return tokens
+
+
+def _fit(max_model_len: int, **body: Any) -> str:
+    text: str = get_encoding().decode(_fit_tokens(max_model_len, **body))
+    return text
+
+
+def _turns(count: int) -> list[dict[str, str]]:
+    return [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "word " * 20}
+        for n in range(count)
+    ]
+
+
+def test_truncation_drops_the_oldest_items_and_keeps_the_instructions() -> None:
+    text = _fit(300, input=_turns(40), instructions="Be brief.", truncation="auto")
+    assert text.startswith("<|start|>system<|message|>")
+    assert "Be brief." in text.split("<|start|>developer<|message|>")[1].split("<|end|>")[0]
+    assert "turn 39 " in text and "turn 0 " not in text
+    kept = [n for n in range(40) if f"turn {n} " in text]
+    assert kept == list(range(kept[0], 40)) and len(kept) < 40
+
+
+def test_truncation_drops_a_call_with_its_output() -> None:
+    items: list[dict[str, Any]] = [
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "found " * 50},
+        {"role": "user", "content": "and now?"},
+    ]
+    whole = _fit_tokens(5000, input=items, tools=[FUNCTION], truncation="auto")
+    assert "<|start|>functions.lookup" in get_encoding().decode(whole)
+    text = _fit(len(whole) - 10, input=items, tools=[FUNCTION], truncation="auto")
+    assert "functions.lookup" not in text.split("<|start|>user")[-1] and "found" not in text
+    assert text.endswith("<|start|>user<|message|>and now?<|end|><|start|>assistant")
+
+
+def test_the_newest_item_alone_not_fitting_is_context_length_exceeded() -> None:
+    for truncation in ("auto", "disabled"):
+        with pytest.raises(InvalidRequestError) as raised:
+            _fit(
+                200,
+                input=[*_turns(5), {"role": "user", "content": "word " * 400}],
+                truncation=truncation,
+            )
+        assert (raised.value.code, raised.value.param) == ("context_length_exceeded", "input")
+        assert "The input is " in raised.value.message and "200 tokens" in raised.value.message
+
+
+def test_an_input_that_cannot_fit_is_refused_before_it_is_tokenized() -> None:
+    # Tokenizing a 2 MB word takes minutes (the tokenizer is quadratic in the
+    # length of a word); its lower bound alone is over 70,000 tokens.
+    start = time.monotonic()
+    for truncation in ("auto", "disabled"):
+        with pytest.raises(InvalidRequestError) as raised:
+            _fit(
+                8192,
+                input=[*_turns(3), {"role": "user", "content": "a" * 2_000_000}],
+                truncation=truncation,
+            )
+        assert raised.value.code == "context_length_exceeded"
+        assert "The input is at least " in raised.value.message
+    assert time.monotonic() - start < 20
+
+
+def test_an_input_that_panics_the_tokenizer_in_one_call_renders() -> None:
+    # A million spaces in one tokenizer call overflow its regex's stack (a panic);
+    # rendered in bounded pieces they reach the model like any other text.
+    assert " " * 1_000_000 in _fit(131_072, input=" " * 1_000_000)

@@ -3,6 +3,7 @@
 The conversation is: a system message (reasoning effort, date, built-in tool
 namespaces), a developer message (instructions, function tools, MCP tool
 namespaces) when there is anything to say, then the input items in order.
+Fitting it into the context window (``truncation``) is `fit.render_request_prompt`'s job.
 """
 
 from __future__ import annotations
@@ -88,6 +89,15 @@ def build_conversation(
     Raises:
         InvalidRequestError: a ``function_call_output`` without its call.
     """
+    messages = head_messages(request, date=date, tools=tools)
+    history = _History(items, approval_results or {})
+    for index, item in enumerate(items):
+        messages.extend(history.messages(item, index))
+    return Conversation.from_messages(messages)
+
+
+def head_messages(request: CreateRequest, *, date: str, tools: PromptTools) -> list[Message]:
+    """The messages before the input items: system, then developer when it has anything."""
     hide_tools = request.tool_choice == "none"
     system = (
         SystemContent.new()
@@ -99,59 +109,10 @@ def build_conversation(
     if tools.browser and not hide_tools:
         system = system.with_browser_tool()
     messages = [Message.from_role_and_content(Role.SYSTEM, system)]
-
     developer = _developer_content(request, tools, hide_tools)
     if developer is not None:
         messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
-
-    history = _History(items, approval_results or {})
-    for index, item in enumerate(items):
-        messages.extend(history.messages(item, index))
-    return Conversation.from_messages(messages)
-
-
-def render_request_prompt(
-    request: CreateRequest,
-    items: Sequence[InputItem],
-    *,
-    date: str,
-    max_model_len: int,
-    tools: PromptTools = PromptTools(),
-    approval_results: Mapping[str, str] | None = None,
-) -> list[int]:
-    """The prompt tokens for a request, leaving room for output.
-
-    With ``truncation: "auto"`` the oldest items are dropped until it fits.
-
-    Raises:
-        InvalidRequestError: the prompt does not fit (``context_length_exceeded``),
-            or the history is inconsistent.
-    """
-    while True:
-        prompt = render_prompt(
-            build_conversation(
-                request, items, date=date, tools=tools, approval_results=approval_results
-            )
-        )
-        if len(prompt) < max_model_len:
-            return prompt
-        if request.truncation != "auto" or len(items) <= 1:
-            raise InvalidRequestError(
-                f"The input is {len(prompt)} tokens, which leaves no room for output in "
-                f"this model's context window of {max_model_len} tokens. Shorten the input, "
-                "or set 'truncation' to 'auto' to drop the oldest items.",
-                param="input",
-                code="context_length_exceeded",
-            )
-        items = _drop_oldest(items)
-
-
-def _drop_oldest(items: Sequence[InputItem]) -> list[InputItem]:
-    """Drop the oldest item, and any tool outputs left without their call."""
-    rest = list(items[1:])
-    while rest and isinstance(rest[0], FunctionCallOutputItem | McpApprovalResponseItem):
-        rest = rest[1:]
-    return rest or list(items[-1:])
+    return messages
 
 
 def render_prompt(conversation: Conversation) -> list[int]:
@@ -238,54 +199,16 @@ class _History:
         self._approval_results = approval_results
 
     def messages(self, item: InputItem, index: int) -> list[Message]:
-        if isinstance(item, MessageItem):
-            text = item.text()
-            if item.role == "user":
-                return [Message.from_role_and_content(Role.USER, text)]
-            if item.role == "assistant":
-                return [Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final")]
-            # Extra system/developer messages: harmony has one system message (ours),
-            # so they are passed on as developer text in their place.
-            return [Message.from_role_and_content(Role.DEVELOPER, text)]
-        if isinstance(item, ReasoningItem):
-            return [
-                Message.from_role_and_content(Role.ASSISTANT, item.text()).with_channel("analysis")
-            ]
         if isinstance(item, FunctionCallItem):
             self._calls[item.call_id] = item.name
-            return [_call_message(f"functions.{item.name}", item.arguments, "commentary", "json")]
-        if isinstance(item, FunctionCallOutputItem):
+        elif isinstance(item, FunctionCallOutputItem):
             name = self._calls.get(item.call_id)
             if name is None:
-                raise InvalidRequestError(
-                    f"No function call found for function_call_output with call_id "
-                    f"{item.call_id!r}. Include the function_call item (or use "
-                    "previous_response_id) before its output.",
-                    param=f"input[{index}].call_id",
-                )
-            return [_tool_message(f"functions.{name}", item.text(), "commentary")]
-        if isinstance(item, CodeInterpreterCallItem):
-            logs = "".join(
-                str(output.get("logs", ""))
-                for output in item.outputs or []
-                if isinstance(output, dict)
-            )
-            return [
-                _call_message("python", item.code or "", "analysis", "code"),
-                _tool_message("python", logs, "analysis"),
-            ]
-        if isinstance(item, McpCallItem):
-            recipient = f"{item.server_label}.{item.name}"
-            return [
-                _call_message(recipient, item.arguments, "commentary", "json"),
-                _tool_message(recipient, item.result_text(), "commentary"),
-            ]
-        if isinstance(item, McpApprovalResponseItem):
+                raise orphan_output(item, index)
+            return item_messages(item, function_name=name)
+        elif isinstance(item, McpApprovalResponseItem):
             return self._approval(item)
-        # mcp_list_tools and approval requests carry no conversation text (tool lists
-        # are in the namespaces; a request is rendered with its response); web search
-        # calls keep no results to show.
-        return []
+        return item_messages(item)
 
     def _approval(self, item: McpApprovalResponseItem) -> list[Message]:
         request = self._approval_requests.get(item.approval_request_id)
@@ -296,11 +219,68 @@ class _History:
             if request.id in self._executed or item.approve:
                 return []  # the mcp_call item that ran it shows call and output
             result = DECLINED
-        recipient = f"{request.server_label}.{request.name}"
+        return approval_messages(request, result)
+
+
+def item_messages(item: InputItem, *, function_name: str | None = None) -> list[Message]:
+    """The messages of one input item, for every type whose messages do not depend on
+    other items; a ``function_call_output`` needs ``function_name``, its call's name.
+
+    ``mcp_approval_response`` items are rendered by `approval_messages` (what they
+    show depends on the request they answer and on whether a call ran it).
+    """
+    if isinstance(item, MessageItem):
+        text = item.text()
+        if item.role == "user":
+            return [Message.from_role_and_content(Role.USER, text)]
+        if item.role == "assistant":
+            return [Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final")]
+        # Extra system/developer messages: harmony has one system message (ours),
+        # so they are passed on as developer text in their place.
+        return [Message.from_role_and_content(Role.DEVELOPER, text)]
+    if isinstance(item, ReasoningItem):
+        return [Message.from_role_and_content(Role.ASSISTANT, item.text()).with_channel("analysis")]
+    if isinstance(item, FunctionCallItem):
+        return [_call_message(f"functions.{item.name}", item.arguments, "commentary", "json")]
+    if isinstance(item, FunctionCallOutputItem):
+        return [_tool_message(f"functions.{function_name}", item.text(), "commentary")]
+    if isinstance(item, CodeInterpreterCallItem):
+        logs = "".join(
+            str(output.get("logs", "")) for output in item.outputs or [] if isinstance(output, dict)
+        )
         return [
-            _call_message(recipient, request.arguments, "commentary", "json"),
-            _tool_message(recipient, result, "commentary"),
+            _call_message("python", item.code or "", "analysis", "code"),
+            _tool_message("python", logs, "analysis"),
         ]
+    if isinstance(item, McpCallItem):
+        recipient = f"{item.server_label}.{item.name}"
+        return [
+            _call_message(recipient, item.arguments, "commentary", "json"),
+            _tool_message(recipient, item.result_text(), "commentary"),
+        ]
+    # mcp_list_tools and approval requests carry no conversation text (tool lists
+    # are in the namespaces; a request is rendered with its response); web search
+    # calls keep no results to show.
+    return []
+
+
+def approval_messages(request: McpApprovalRequestItem, result: str) -> list[Message]:
+    """An answered approval request: the call it asked for and ``result``, its output."""
+    recipient = f"{request.server_label}.{request.name}"
+    return [
+        _call_message(recipient, request.arguments, "commentary", "json"),
+        _tool_message(recipient, result, "commentary"),
+    ]
+
+
+def orphan_output(item: FunctionCallOutputItem, index: int) -> InvalidRequestError:
+    """The error for a ``function_call_output`` (at ``index``) without its call."""
+    return InvalidRequestError(
+        f"No function call found for function_call_output with call_id "
+        f"{item.call_id!r}. Include the function_call item (or use "
+        "previous_response_id) before its output.",
+        param=f"input[{index}].call_id",
+    )
 
 
 def _call_message(recipient: str, body: str, channel: str, content_type: str) -> Message:

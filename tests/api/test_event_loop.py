@@ -1,0 +1,96 @@
+"""No request freezes the event loop: ``/health`` stays fast while large requests
+are parsed, validated, rendered and truncated."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import httpx2
+import trio
+
+from tests.processes import ServeCommand
+from tests.support import MODEL
+
+MAX_MODEL_LEN = 8192
+SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps. "
+
+
+def _huge_message() -> bytes:
+    """~15 MB: one message of English text."""
+    return json.dumps({"model": MODEL, "input": SENTENCE * (15_000_000 // len(SENTENCE))}).encode()
+
+
+def _many_items() -> bytes:
+    """~15 MB: 2,000 messages of ~7.4 KB."""
+    text = SENTENCE * (7_400 // len(SENTENCE))
+    return json.dumps(
+        {"model": MODEL, "input": [{"role": "user", "content": text} for _ in range(2_000)]}
+    ).encode()
+
+
+def _long_conversation() -> bytes:
+    """2,000 items, ~60 tokens each: far more than the context window."""
+    items = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"Turn {n}. " + SENTENCE * 4}
+        for n in range(1_999)
+    ]
+    items.append({"role": "user", "content": "And now?"})
+    return json.dumps({"model": MODEL, "input": items, "truncation": "auto"}).encode()
+
+
+async def test_health_stays_fast_while_large_requests_are_processed(
+    nursery: trio.Nursery,
+) -> None:
+    server = await ServeCommand.start(nursery, "--max-model-len", str(MAX_MODEL_LEN))
+    huge, many, conversation = _huge_message(), _many_items(), _long_conversation()
+    assert len(huge) > 14_000_000 and len(many) > 14_000_000
+    latencies: list[float] = []
+    done = trio.Event()
+    headers = {"Content-Type": "application/json"}
+
+    async def sample_health(http: httpx2.AsyncClient) -> None:
+        # One keep-alive connection, one request after another, on this test's clock.
+        while not done.is_set():
+            start = time.perf_counter()
+            response = await http.get("/health")
+            latencies.append(time.perf_counter() - start)
+            assert response.status_code == 200
+
+    async def post_too_long(body: bytes) -> None:
+        async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
+            for _ in range(5):
+                response = await http.post("/v1/responses", content=body, headers=headers)
+                assert response.status_code == 400, response.text[:300]
+                assert response.json()["error"]["code"] == "context_length_exceeded"
+
+    truncated: dict[str, object] = {}
+
+    async def post_truncated() -> None:
+        async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
+            started = time.perf_counter()
+            response = await http.post("/v1/responses", content=conversation, headers=headers)
+            truncated["seconds"] = time.perf_counter() - started
+            assert response.status_code == 200, response.text[:300]
+            truncated.update(response.json())
+
+    with trio.fail_after(300):
+        async with httpx2.AsyncClient(base_url=server.url, timeout=120) as sampler:
+            await sampler.get("/health")  # connected and warm
+            async with trio.open_nursery() as inner:
+                inner.start_soon(sample_health, sampler)
+                async with trio.open_nursery() as clients:
+                    clients.start_soon(post_too_long, huge)
+                    clients.start_soon(post_too_long, many)
+                await post_truncated()
+                done.set()
+
+    # The conversation was cut to fit the window and answered (for as long as the
+    # room left allows: "incomplete" when the prompt fills the window).
+    assert truncated["status"] in ("completed", "incomplete"), truncated
+    usage = truncated["usage"]
+    assert isinstance(usage, dict) and MAX_MODEL_LEN / 2 < usage["input_tokens"] < MAX_MODEL_LEN
+    assert len(latencies) >= 100
+    p50, p99 = (statistics.quantiles(latencies, n=100)[q] for q in (49, 98))
+    assert p99 < 0.1, f"/health p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
