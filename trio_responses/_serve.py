@@ -11,18 +11,41 @@ Task tree::
 
     serve()
     └── open_responses_service()     state, engine, job nursery
-        └── hypercorn                listeners and connection handlers
+        └── serve_service()
+            ├── stop_when_triggered  graceful shutdown of the service
+            └── hypercorn lifespan
+                └── listeners and connection handlers (hypercorn's TCPServer)
+
+The accept loop is hypercorn's trio worker (``hypercorn.trio.run.worker_serve``)
+with one change: every connection's socket stream is a `BoundedWriteStream`.
+Hypercorn writes to the socket inside a shielded cancel scope with no deadline,
+so a client that stops reading blocks its handler for as long as the kernel
+keeps the connection: that write ignores the graceful-shutdown deadline, which
+is why a shutdown used to wait minutes for such a client, and the stream's
+subscription (and with it its response's event log) stayed pinned. Each write
+now has a deadline (``sse_write_timeout_s``, and the end of the graceful
+shutdown); a write that misses it aborts the connection, which the app sees as
+a disconnect.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any, final
 
-import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
+from hypercorn.utils import repr_socket_addr, wrap_app
 
 from ._config import Config
 from ._service import ResponsesService, open_responses_service
@@ -30,6 +53,9 @@ from .api.app import create_app
 from .api.asgi import shield_final_send
 
 logger = logging.getLogger("trio_responses.serve")
+
+_ABORT_ON_CLOSE = struct.pack("ii", 1, 0)
+"""``SO_LINGER`` on, zero seconds: closing resets the connection and drops unsent data."""
 
 
 def hypercorn_config(config: Config) -> HypercornConfig:
@@ -40,11 +66,185 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     hconfig.accesslog = None  # the app logs one line per request itself
     # Hypercorn's messages go through logging, configured by the embedding app or the CLI.
     hconfig.errorlog = logging.getLogger("hypercorn.error")
+    # Once shutdown starts, open connections get this long before they are closed:
+    # the responses' grace period, then the cleanup budget to deliver their last events.
     hconfig.graceful_timeout = config.shutdown_grace_s + config.cleanup_timeout_s
     # Hypercorn listens with a backlog of 100: a burst of new connections beyond it
     # waits for SYN retransmits (1 s, 3 s, 7 s...). Allow bursts of SSE readers.
     hconfig.backlog = 2048
     return hconfig
+
+
+WRITE_PIECE_BYTES = 64 * 1024
+"""Writes go to the socket in pieces of this size, each with its own deadline."""
+
+
+@final
+class WriteDeadlines:
+    """The write deadlines of every connection of one server.
+
+    Each piece of a write (`WRITE_PIECE_BYTES`) gets ``timeout_s`` to be
+    accepted by the client's socket, so a slow reader that keeps reading is
+    served and one that stopped is not. After `close_by`, no write lasts past
+    that moment either, those waiting now included.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.closing_at = math.inf
+        """Set by `close_by`: no write lasts past this moment (trio time)."""
+        self.aborted = 0
+        """Connections aborted because a write missed its deadline."""
+        self._waiting: set[trio.CancelScope] = set()
+
+    def wrap(self, stream: trio.SocketStream) -> BoundedWriteStream:
+        return BoundedWriteStream(stream, self)
+
+    def close_by(self, deadline: float) -> None:
+        """No write may last past ``deadline``, including those waiting now."""
+        self.closing_at = min(self.closing_at, deadline)
+        for scope in self._waiting:
+            scope.deadline = min(scope.deadline, self.closing_at)
+
+    def _open(self) -> trio.CancelScope:
+        scope = trio.CancelScope(
+            deadline=min(trio.current_time() + self.timeout_s, self.closing_at)
+        )
+        self._waiting.add(scope)
+        return scope
+
+    def _done(self, scope: trio.CancelScope) -> None:
+        self._waiting.discard(scope)
+
+
+@final
+class BoundedWriteStream(trio.abc.HalfCloseableStream):
+    """A connection's socket stream whose writes have deadlines (`WriteDeadlines`).
+
+    A write that misses one (the client stopped reading, or the server is
+    closing) aborts the connection: the socket is reset, dropping what the
+    kernel still holds for it, and the write raises `trio.BrokenResourceError`,
+    which hypercorn treats as the client going away. A read waiting on the same
+    socket ends at once (`trio.ClosedResourceError`).
+
+    Hypercorn tells a TLS stream from a plain one by ``do_handshake``; this
+    wraps plain sockets only, so it has none.
+    """
+
+    def __init__(self, stream: trio.SocketStream, deadlines: WriteDeadlines) -> None:
+        self._stream = stream
+        self._deadlines = deadlines
+
+    @property
+    def socket(self) -> trio.socket.SocketType:
+        return self._stream.socket
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        deadlines = self._deadlines
+        with memoryview(data) as view:
+            start = 0
+            while True:
+                scope = deadlines._open()
+                try:
+                    with scope:
+                        await self._stream.send_all(view[start : start + WRITE_PIECE_BYTES])
+                finally:
+                    deadlines._done(scope)
+                if scope.cancelled_caught:
+                    break
+                start += WRITE_PIECE_BYTES
+                if start >= len(view):
+                    return
+        reason = (
+            "the server is shutting down"
+            if trio.current_time() >= deadlines.closing_at
+            else f"the client stopped reading ({WRITE_PIECE_BYTES // 1024} KiB not accepted "
+            f"within {deadlines.timeout_s:g} s)"
+        )
+        self._abort(reason)
+        raise trio.BrokenResourceError(f"connection aborted: {reason}")
+
+    def _abort(self, reason: str) -> None:
+        sock = self._stream.socket
+        self._deadlines.aborted += 1
+        try:
+            peer = repr_socket_addr(sock.family, sock.getpeername())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _ABORT_ON_CLOSE)
+        except OSError:
+            peer = "a client"
+        logger.warning("closed the connection from %s: %s", peer, reason)
+        sock.close()  # wakes a read waiting on it, without a checkpoint
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._stream.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def _serve_http(
+    app: ASGIFramework,
+    hconfig: HypercornConfig,
+    deadlines: WriteDeadlines,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """Hypercorn's trio worker (``worker_serve``, HTTP/1.1 and h2c over plain
+    sockets) with `BoundedWriteStream` connections.
+
+    Serves until cancelled, or until ``shutdown_trigger`` returns: then stops
+    accepting, lets open connections finish for ``hconfig.graceful_timeout``
+    and closes what is left, writes included.
+    """
+    hconfig.set_statsd_logger_class(StatsdLogger)
+    wrapped = wrap_app(app, hconfig.wsgi_max_body_size, "asgi")
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(wrapped, hconfig, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as handlers:
+            sockets = hconfig.create_sockets()
+            listeners = []
+            urls = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(hconfig.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                url = "http://" + repr_socket_addr(sock.family, sock.getsockname())
+                urls.append(url)
+                await hconfig.log.info(f"Running on {url} (CTRL + C to quit)")
+            state = ConnectionState(lifespan_state.copy())
+
+            async def handle(stream: trio.SocketStream) -> None:
+                bounded: Any = deadlines.wrap(stream)  # hypercorn annotates an SSLStream
+                await TCPServer(wrapped, hconfig, context, state, bounded)
+
+            task_status.started(urls)
+            try:
+                async with trio.open_nursery() as accepting:
+                    accepting.start_soon(
+                        partial(trio.serve_listeners, handle, listeners, handler_nursery=handlers)
+                    )
+                    if shutdown_trigger is None:
+                        await trio.sleep_forever()
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+            finally:
+                # Idle keep-alive connections close now; busy ones by the deadline.
+                await context.terminated.set()
+                deadline = trio.current_time() + hconfig.graceful_timeout
+                handlers.cancel_scope.deadline = deadline
+                deadlines.close_by(deadline)
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
 
 
 async def serve_service(
@@ -59,26 +259,34 @@ async def serve_service(
     When ``shutdown_trigger`` returns, shuts down gracefully: stop accepting
     connections and responses, give running responses ``shutdown_grace_s`` to
     finish, end the rest ``failed`` (``server_shutdown``), then return once
-    their streams have ended.
+    their streams have ended, and ``shutdown_grace_s + cleanup_timeout_s``
+    after the trigger at the latest (a client that has not taken its last
+    events by then is disconnected).
+
+    Every piece of a write to a client (`WRITE_PIECE_BYTES`) has
+    ``sse_write_timeout_s`` to be accepted; a client that takes longer is
+    disconnected (its foreground response is cancelled, as on any disconnect).
     """
     app = shield_final_send(create_app(service))
-    config = hypercorn_config(service.config)
+    config = service.config
+    hconfig = hypercorn_config(config)
+    deadlines = WriteDeadlines(config.sse_write_timeout_s)
     if shutdown_trigger is None:
-        await hypercorn.trio.serve(app, config, task_status=task_status)
+        await _serve_http(app, hconfig, deadlines, shutdown_trigger=None, task_status=task_status)
         return
     trigger = shutdown_trigger
     stopping = trio.Event()
 
     async def stop_when_triggered() -> None:
         await trigger()
-        stopping.set()  # hypercorn closes its listeners and waits for open streams
-        await service.shutdown(service.config.shutdown_grace_s)
+        stopping.set()  # stop accepting; open connections get graceful_timeout
+        await service.shutdown(config.shutdown_grace_s)
         logger.info("all responses ended; closing connections")
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_when_triggered)
         urls = await nursery.start(
-            partial(hypercorn.trio.serve, app, config, shutdown_trigger=stopping.wait)
+            partial(_serve_http, app, hconfig, deadlines, shutdown_trigger=stopping.wait)
         )
         task_status.started(urls)
 
