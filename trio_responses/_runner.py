@@ -380,6 +380,7 @@ class JobRunner:
                 nursery=sessions,
                 tool_timeout_s=config.tool_timeout_s,
                 close_timeout_s=config.cleanup_timeout_s,
+                allow_hosts=config.mcp_allow_hosts,
             )
             try:
                 with job.cancel_scope:

@@ -14,8 +14,11 @@ exits its contexts normally (an HTTP transport says goodbye to the server), and
 is cancelled if that takes longer than ``close_timeout_s``.
 
 A transport that fails (the server died, the network went away) ends the
-owner with `state` ``"failed"``; pending and later calls fail with
-`ToolError` at once. Reconnecting is the pool's job (`tools.pool`).
+owner with `state` ``"failed"``; calls in flight, pending and later calls
+fail with `ToolError` (calls in flight once the owner has left, so that their
+message says why the connection failed). Closing fails the calls in flight
+the same way. Every call ends with a result or a `ToolError`, never without
+either. Reconnecting is the pool's job (`tools.pool`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,10 @@ class _Request:
     error: str | None = None
     error_code: int = INTERNAL_ERROR
 
+    @property
+    def answered(self) -> bool:
+        return self.error is not None or self.tools is not None or self.result is not None
+
 
 @final
 class McpSession:
@@ -105,6 +112,8 @@ class McpSession:
         self.state: SessionState = "connecting"
         self.error: str | None = None
         self.calls_in_flight = 0
+        self._interrupted: list[_Request] = []
+        """Calls cut off by the connection ending: answered when the owner leaves."""
 
     # -- owner -------------------------------------------------------------------------
 
@@ -131,6 +140,7 @@ class McpSession:
             if self.state not in ("failed",):
                 self.state = "closed"
             self._ready.set()
+            self._answer_interrupted()
             self._drain(f"The MCP server {self.label!r} connection is closed.")
             self._ended.set()
 
@@ -177,7 +187,16 @@ class McpSession:
                 )
         finally:
             self.calls_in_flight -= 1
-            request.done.set()
+            if request.answered:
+                request.done.set()
+            else:
+                # Cancelled by the connection ending (it failed, or `close`): the
+                # owner answers once it knows why (`_answer_interrupted`), and
+                # leaves within the close timeout so that the caller is not kept.
+                self._interrupted.append(request)
+                self._scope.deadline = min(
+                    self._scope.deadline, trio.current_time() + self._close_timeout_s
+                )
 
     def _fail(self, message: str) -> None:
         if self.state != "failed":
@@ -185,6 +204,20 @@ class McpSession:
         self.state = "failed"
         self.error = message
         self._send.close()  # ends the serving loop; _serve then leaves at once
+
+    def _answer_interrupted(self) -> None:
+        if self.state == "failed":
+            reason = f"the connection failed ({self.error})" if self.error else "it failed"
+        else:
+            reason = "the connection was closed"
+        while self._interrupted:
+            request = self._interrupted.pop()
+            request.error = (
+                f"The call to {request.name or 'tools/list'!r} on MCP server {self.label!r} "
+                f"did not finish: {reason}."
+            )
+            request.error_code = CONNECTION_CLOSED
+            request.done.set()
 
     def _drain(self, message: str) -> None:
         while True:
@@ -212,7 +245,8 @@ class McpSession:
             ToolError: the server failed, timed out or is not connected.
         """
         request = await self._submit(_Request("list", timeout_s=timeout_s))
-        assert request.tools is not None
+        if request.tools is None:
+            raise ToolError(f"The MCP server {self.label!r} listed no tools.")
         return request.tools
 
     async def call_tool(
@@ -228,7 +262,8 @@ class McpSession:
         request = await self._submit(
             _Request("call", name=name, arguments=arguments, timeout_s=timeout_s)
         )
-        assert request.result is not None
+        if request.result is None:
+            raise ToolError(f"The MCP server {self.label!r} gave no result for {name!r}.")
         return request.result
 
     async def _submit(self, request: _Request) -> _Request:
@@ -307,4 +342,4 @@ def _describe(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(_describe(inner) for inner in error.exceptions)
     text = str(error) or type(error).__name__
-    return text if isinstance(error, MCPError) else f"{type(error).__name__}: {text}"
+    return text if isinstance(error, MCPError | ToolError) else f"{type(error).__name__}: {text}"

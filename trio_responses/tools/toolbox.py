@@ -12,15 +12,13 @@ request the server cannot serve into a 400.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
-from urllib.parse import urlsplit
 
 import trio
-from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 
 from .._exceptions import InvalidRequestError
 from ..harmony.translator import RecipientKind, ToolCall
@@ -33,9 +31,10 @@ from ..protocol.request import (
     WebSearchTool,
     mcp_headers,
 )
+from .hosts import HostNotAllowed, allowed_hosts
 from .pool import ToolServer, ToolServerPool
 from .session import McpSession, ToolError, ToolInfo, ToolResult
-from .transport import connect_to
+from .transport import connect_checked
 
 BROWSER_COMMANDS = frozenset({"search", "open", "find"})
 RESERVED_LABELS = frozenset({"functions", "python", "browser", "assistant"})
@@ -85,22 +84,15 @@ def check_request_tools(
 
 
 def check_mcp_url(url: str, allow_hosts: Sequence[str], *, param: str) -> None:
-    """Raise `InvalidRequestError` unless ``url`` is http(s) on an allowed host."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host:
-        raise InvalidRequestError(f"server_url {url!r} is not an http(s) URL.", param=param)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    for pattern in allow_hosts:
-        pattern = pattern.lower()
-        if fnmatch.fnmatchcase(host, pattern) or fnmatch.fnmatchcase(f"{host}:{port}", pattern):
-            return
-    raise InvalidRequestError(
-        f"MCP server host {host!r} is not allowed. Per-request MCP servers must match a "
-        "--mcp-allow-host pattern given when the server starts (none are allowed by "
-        "default); for example --mcp-allow-host " + host + ".",
-        param=param,
-    )
+    """Raise `InvalidRequestError` unless ``url`` is http(s) on an allowed host.
+
+    A host name that only address patterns can allow passes here; its address
+    is checked when its session connects (`tools.hosts`).
+    """
+    try:
+        allowed_hosts(tuple(allow_hosts)).check_url(url)
+    except HostNotAllowed as refused:
+        raise InvalidRequestError(str(refused), param=param) from None
 
 
 @dataclass(frozen=True)
@@ -147,11 +139,8 @@ def _approval(policy: str | McpApprovalFilter | None) -> dict[str, Any]:
     listed there (and not under ``always``); with only ``always``, only the
     tools listed there need it.
     """
-    if policy is None or policy == "always":
-        return {"approval_by_default": True, "approval_exceptions": frozenset()}
-    if policy == "never":
-        return {"approval_by_default": False, "approval_exceptions": frozenset()}
-    assert isinstance(policy, McpApprovalFilter)
+    if not isinstance(policy, McpApprovalFilter):
+        return {"approval_by_default": policy != "never", "approval_exceptions": frozenset()}
     always = frozenset(policy.always.tool_names or ()) if policy.always else frozenset()
     if policy.never is not None:
         never = frozenset(policy.never.tool_names or ())
@@ -161,7 +150,13 @@ def _approval(policy: str | McpApprovalFilter | None) -> dict[str, Any]:
 
 @final
 class Toolbox:
-    """Routing and calling for one response. Its sessions live in ``nursery``."""
+    """Routing and calling for one response. Its sessions live in ``nursery``.
+
+    ``allow_hosts`` are the ``--mcp-allow-host`` patterns: each per-request
+    session checks its host against them when it connects, and connects to the
+    address it checked (`tools.transport.connect_checked`). Without patterns
+    every ``server_url`` is refused.
+    """
 
     def __init__(
         self,
@@ -171,8 +166,10 @@ class Toolbox:
         nursery: trio.Nursery,
         tool_timeout_s: float,
         close_timeout_s: float,
+        allow_hosts: Sequence[str] = (),
     ) -> None:
         self._pool = pool
+        self._allowed = allowed_hosts(tuple(allow_hosts))
         self._nursery = nursery
         self._timeout_s = tool_timeout_s
         self._close_timeout_s = close_timeout_s
@@ -208,8 +205,8 @@ class Toolbox:
             ToolError: the server could not be reached or failed.
         """
         server = self.mcp[label]
-        configured = self._pool.get(label) if server.url is None else None
-        if configured is not None:
+        if server.url is None:
+            configured = self._configured(label)
             if configured.state != "ready":
                 raise ToolError(
                     f"The tool server {label!r} is not connected ({configured.state}).",
@@ -217,7 +214,8 @@ class Toolbox:
                 )
             tools = configured.tools
         else:
-            tools = await self._session(server).list_tools(timeout_s=self._timeout_s)
+            session = self._session(server.label, server.url, server.headers)
+            tools = await session.list_tools(timeout_s=self._timeout_s)
         return [tool for tool in tools if server.allows(tool.name)]
 
     # -- calls ---------------------------------------------------------------------------
@@ -255,7 +253,8 @@ class Toolbox:
             return await self._configured(label).call_tool(
                 name, arguments, timeout_s=self._timeout_s
             )
-        return await self._session(server).call_tool(name, arguments, timeout_s=self._timeout_s)
+        session = self._session(server.label, server.url, server.headers)
+        return await session.call_tool(name, arguments, timeout_s=self._timeout_s)
 
     def _configured(self, label: str) -> ToolServer:
         server = self._pool.get(label)
@@ -263,18 +262,26 @@ class Toolbox:
             raise ToolError(f"No tool server {label!r} is configured.", code=METHOD_NOT_FOUND)
         return server
 
-    def _session(self, server: McpServerUse) -> McpSession:
-        session = self._sessions.get(server.label)
+    def _session(self, label: str, url: str, headers: Mapping[str, str]) -> McpSession:
+        """The per-request session of ``label``, opened (again) if needed.
+
+        Raises:
+            ToolError: ``url`` is not allowed (``--mcp-allow-host``).
+        """
+        session = self._sessions.get(label)
         if session is None or session.ended:
-            assert server.url is not None
+            try:
+                connect = connect_checked(url, headers, self._allowed)
+            except HostNotAllowed as refused:
+                raise ToolError(str(refused), code=INVALID_REQUEST) from None
             session = McpSession(
-                server.label,
-                connect_to(server.url, server.headers),
+                label,
+                connect,
                 connect_timeout_s=self._timeout_s,
                 close_timeout_s=self._close_timeout_s,
             )
-            self._sessions[server.label] = session
-            self._nursery.start_soon(session.run, name=f"mcp session {server.label}")
+            self._sessions[label] = session
+            self._nursery.start_soon(session.run, name=f"mcp session {label}")
         return session
 
     async def aclose(self) -> None:
