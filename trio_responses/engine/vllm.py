@@ -233,7 +233,8 @@ class VllmEngine:
 
 def engine_args(config: Config) -> AsyncEngineArgs:
     """``AsyncEngineArgs`` from the config (``--vllm-arg KEY=VALUE`` win)."""
-    assert config.model is not None
+    if config.model is None:
+        raise ValueError("the vllm engine needs a model: set model (--model NAME_OR_PATH)")
     values: dict[str, Any] = {
         "model": config.model,
         "max_model_len": config.max_model_len,

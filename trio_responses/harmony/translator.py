@@ -153,7 +153,7 @@ class TurnTranslator:
         channel = parser.current_channel
         recipient = parser.current_recipient
         builder = self._builder
-        if recipient in (None, "", "assistant"):
+        if recipient is None or recipient in ("", "assistant"):
             self._recipient = None
             self._kind = None
             if channel == "analysis":
@@ -163,7 +163,6 @@ class TurnTranslator:
             else:
                 builder.open_message(phase="final_answer")
             return
-        assert recipient is not None
         kind = self._router(recipient)
         if kind == "unknown":
             raise MalformedOutput(

@@ -504,8 +504,7 @@ class ResponseBuilder:
         )
 
     def _tool_event(self, event_type: str) -> None:
-        open_item = self._open
-        assert open_item is not None
+        open_item = self._require_tool_item()
         self._event(
             {"type": event_type, "item_id": open_item.item["id"], "output_index": open_item.index}
         )
