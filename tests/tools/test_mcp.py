@@ -207,3 +207,19 @@ async def test_configured_server_by_label(start_server: StartServer, mcp_echo: R
     )
     assert unknown.status_code == 400
     assert "'echo'" in unknown.json()["error"]["message"]
+
+
+async def test_a_tool_result_with_a_lone_surrogate_is_repaired(
+    server: Server, mcp_echo: RunningMcp
+) -> None:
+    # The model's arguments escape a lone surrogate; the server echoes it back.
+    response = await server.client.responses.create(
+        model=MODEL,
+        input='mcp:echo.echo {"text": "a\\ud800b"}',
+        tools=[_tool(mcp_echo, require_approval="never")],  # type: ignore[list-item]
+    )
+    assert response.status == "completed"
+    call = next(item for item in response.output if item.type == "mcp_call")
+    assert call.output == "echo: a\ufffdb"
+    stored = await server.client.responses.retrieve(response.id)
+    assert stored.status == "completed"

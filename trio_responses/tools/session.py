@@ -52,7 +52,7 @@ class ToolError(Exception):
     """
 
     def __init__(self, message: str, *, code: int = INTERNAL_ERROR) -> None:
-        super().__init__(message)
+        super().__init__(strict_text(message))
         self.code = code
 
 
@@ -171,7 +171,9 @@ class McpSession:
                         request.tools = await _list_all(session)
                     else:
                         result = await session.call_tool(request.name, request.arguments)
-                        request.result = ToolResult(_text(result.content), bool(result.is_error))
+                        request.result = ToolResult(
+                            strict_text(_text(result.content)), bool(result.is_error)
+                        )
                 except MCPError as error:
                     request.error = f"The MCP server {self.label!r} failed: {error.message}"
                     request.error_code = error.code
@@ -319,11 +321,44 @@ async def _list_all(session: ClientSession) -> list[ToolInfo]:
                 tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
             )
             tools.append(
-                ToolInfo(tool.name, tool.description, dict(tool.input_schema), annotations)
+                ToolInfo(
+                    strict_text(tool.name),
+                    strict_text(tool.description) if tool.description is not None else None,
+                    strict_json(dict(tool.input_schema)),
+                    strict_json(annotations) if annotations is not None else None,
+                )
             )
         cursor = result.next_cursor
         if not cursor:
             return tools
+
+
+def strict_text(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates replaced by U+FFFD.
+
+    A server's JSON may escape them (``"\\ud800"``); such a string cannot be
+    encoded as UTF-8, so it would fail the response at its first event or store
+    write. Requests are refused for them; what a tool server says is repaired.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` (parsed JSON) as strict JSON: text through `strict_text`, and
+    ``NaN``/``Infinity``, which stored records refuse, as ``null``."""
+    if isinstance(value, str):
+        return strict_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [strict_json(item) for item in value]
+    if isinstance(value, dict):
+        return {strict_text(str(key)): strict_json(item) for key, item in value.items()}
+    return value
 
 
 def _text(content: list[Any]) -> str:

@@ -33,7 +33,7 @@ from ..protocol.request import (
 )
 from .hosts import HostNotAllowed, allowed_hosts
 from .pool import ToolServer, ToolServerPool
-from .session import McpSession, ToolError, ToolInfo, ToolResult
+from .session import McpSession, ToolError, ToolInfo, ToolResult, strict_json
 from .transport import connect_checked
 
 BROWSER_COMMANDS = frozenset({"search", "open", "find"})
@@ -302,13 +302,15 @@ def _arguments(text: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, a 4,300-digit integer
         raise ToolError(
             f"The call's arguments are not valid JSON: {error}.", code=INVALID_PARAMS
         ) from None
     if not isinstance(value, dict):
         raise ToolError("The call's arguments must be a JSON object.", code=INVALID_PARAMS)
-    return value
+    # What the model wrote may escape a lone surrogate or say NaN: neither can be sent.
+    arguments: dict[str, Any] = strict_json(value)
+    return arguments
 
 
 def tool_json(tool: ToolInfo) -> dict[str, Any]:
