@@ -121,8 +121,9 @@ class Config:
     python_disk_mb: int = 64
     """Bundled python tool: size of each run's private work directory, in MiB."""
     mcp_allow_hosts: tuple[str, ...] = ()
-    """Host patterns (``fnmatch``, optionally ``host:port``) that per-request MCP
-    ``server_url``s may use. Empty: per-request MCP servers are refused."""
+    """Patterns per-request MCP ``server_url``s must match: host names (``fnmatch``),
+    addresses or CIDR networks, each optionally with ``:port`` (see
+    ``tools.hosts``). Empty: per-request MCP servers are refused."""
     tool_timeout_s: float = 60.0
     """Every tool call and MCP listing gives up after this long."""
 

@@ -216,8 +216,9 @@ _SERVE_OPTIONS = (
     _Option(
         "--mcp-allow-host",
         "mcp_allow_hosts",
-        "host pattern per-request MCP server_urls may use, e.g. 'mcp.example.com' or "
-        "'*.internal:8080' (repeatable; none by default: per-request MCP is refused)",
+        "host pattern per-request MCP server_urls may use: a name ('mcp.example.com', "
+        "'*.internal:8080'), an address or a network ('10.0.0.0/8', '[::1]:8080') "
+        "(repeatable; none by default: per-request MCP is refused)",
         repeat=True,
     ),
     _Option("--tool-timeout", "tool_timeout_s", "seconds before a tool call fails", float),
