@@ -116,7 +116,7 @@ class Config:
     network, no view of the host's files or processes); ``auto`` does so and refuses
     to start the code interpreter when bubblewrap does not work here; ``none`` runs
     it with resource limits only (a warning at start and in ``/health``)."""
-    python_processes: int = 32
+    python_processes: int = 8
     """Bundled python tool: most processes one run may have at once."""
     python_disk_mb: int = 64
     """Bundled python tool: size of each run's private work directory, in MiB."""

@@ -9,10 +9,11 @@ core; small inputs run inline, where a thread hop would cost more than the work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from typing import Literal, TypeVar
 
 import trio
+from pydantic import BaseModel
 
 T = TypeVar("T")
 
@@ -22,25 +23,70 @@ INLINE_BYTES = 64 * 1024
 WORKER_THREADS = 2
 """Large requests processed at once; the rest wait their turn (off the loop)."""
 
-_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("offload_limiter")
+Lane = Literal["requests", "store"]
+"""Requests (parsing, validation, rendering) and store records (encoding, sizing)
+have limiters of their own, so that a response's final write never waits behind
+other clients' large requests."""
+
+_LIMITERS: dict[Lane, trio.lowlevel.RunVar[trio.CapacityLimiter]] = {
+    "requests": trio.lowlevel.RunVar("offload_requests"),
+    "store": trio.lowlevel.RunVar("offload_store"),
+}
 
 
-def _limiter() -> trio.CapacityLimiter:
+def _limiter(lane: Lane) -> trio.CapacityLimiter:
+    var = _LIMITERS[lane]
     try:
-        return _LIMITER.get()
+        return var.get()
     except LookupError:
         limiter = trio.CapacityLimiter(WORKER_THREADS)
-        _LIMITER.set(limiter)
+        var.set(limiter)
         return limiter
 
 
-async def offload(size: int, function: Callable[[], T]) -> T:
+async def offload(size: int, function: Callable[[], T], *, lane: Lane = "requests") -> T:
     """``function()``, inline when ``size`` (bytes, or an estimate) is small,
-    else in a worker thread.
+    else in a worker thread of ``lane``.
 
     Cancellation while waiting for the limiter is immediate; once the thread
     runs, the caller waits for it (the work is bounded by the input's size).
     """
     if size <= INLINE_BYTES:
         return function()
-    return await trio.to_thread.run_sync(function, limiter=_limiter())
+    return await trio.to_thread.run_sync(function, limiter=_limiter(lane))
+
+
+_END = object()
+
+
+def estimated_size(value: object, *, limit: int = INLINE_BYTES) -> int:
+    """About how many bytes ``value`` (decoded JSON, models, and tuples or lists of
+    them) takes as JSON, counted only until the count passes ``limit``.
+
+    It decides whether validating or rendering a request is worth a worker thread
+    (`offload`); stopping at ``limit`` keeps the estimate itself cheap, even for a
+    body of a million items.
+    """
+    total = 0
+    pending: list[Iterator[object]] = [iter((value,))]
+    while pending:
+        node = next(pending[-1], _END)
+        if node is _END:
+            pending.pop()
+            continue
+        if isinstance(node, str):
+            total += len(node) + 2
+        elif isinstance(node, BaseModel):
+            total += 2
+            pending.append(iter(vars(node).values()))
+        elif isinstance(node, dict):
+            total += 2 + sum(len(key) + 4 for key in node if isinstance(key, str))
+            pending.append(iter(node.values()))
+        elif isinstance(node, list | tuple):
+            total += 2 + len(node)
+            pending.append(iter(node))
+        else:
+            total += 8
+        if total > limit:
+            break
+    return total

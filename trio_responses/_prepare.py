@@ -10,16 +10,12 @@ service's business.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel
 
 from ._config import Config
 from ._exceptions import InvalidRequestError, ModelNotFoundError
 from ._generation import PromptPlan
-from ._offload import INLINE_BYTES
 from .harmony.fit import render_request_prompt
 from .harmony.prompt import PromptTools, ToolNamespace, tool_description
 from .protocol.ids import IdPrefix, new_id
@@ -59,42 +55,6 @@ class PreparedRequest:
     """This request's input items as stored and listed (each with an ``id``)."""
     plan: PromptPlan
     prompt_tokens: list[int]
-
-
-def estimated_size(value: object, *, limit: int = INLINE_BYTES) -> int:
-    """About how many bytes ``value`` (decoded JSON, models, and tuples or lists of
-    them) takes as JSON, counted only until the count passes ``limit``.
-
-    It decides whether validating or rendering a request is worth a worker thread
-    (`offload`); stopping at ``limit`` keeps the estimate itself cheap, even for a
-    body of a million items.
-    """
-    total = 0
-    pending: list[Iterator[object]] = [iter((value,))]
-    while pending:
-        node = next(pending[-1], _END)
-        if node is _END:
-            pending.pop()
-            continue
-        if isinstance(node, str):
-            total += len(node) + 2
-        elif isinstance(node, BaseModel):
-            total += 2
-            pending.append(iter(vars(node).values()))
-        elif isinstance(node, dict):
-            total += 2 + sum(len(key) + 4 for key in node if isinstance(key, str))
-            pending.append(iter(node.values()))
-        elif isinstance(node, list | tuple):
-            total += 2 + len(node)
-            pending.append(iter(node))
-        else:
-            total += 8
-        if total > limit:
-            break
-    return total
-
-
-_END = object()
 
 
 def check_request(request: CreateRequest, config: Config, pool: ToolServerPool) -> None:

@@ -34,8 +34,8 @@ import trio
 
 from ._config import Config
 from ._exceptions import InvalidRequestError, NotFoundError
-from ._offload import offload
-from ._prepare import check_request, estimated_size, prepare
+from ._offload import estimated_size, offload
+from ._prepare import check_request, prepare
 from ._runner import JobRunner, ResponseHandle
 from .background.event_log import SubscriberLagged
 from .background.subscription import LogSubscription, Subscription

@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--bwrap", default="bwrap", help="the bubblewrap executable [default: bwrap on PATH]"
     )
     tool_server.add_argument(
-        "--processes", type=int, default=32, help="most processes per run [default: 32]"
+        "--processes", type=int, default=8, help="most processes per run [default: 8]"
     )
     tool_server.add_argument(
         "--disk-mb", type=int, default=64, help="size of each run's work directory (MiB)"

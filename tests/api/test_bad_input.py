@@ -182,6 +182,21 @@ async def test_server_urls_that_do_not_parse_are_400(start_server: StartServer, 
     assert error["param"] == "tools[0].server_url"
 
 
+@pytest.mark.parametrize(
+    "userinfo", ["user:pw-marker-1234@", "pw-marker-1234@", ":pw-marker-1234@"]
+)
+async def test_server_urls_with_credentials_are_400_without_echo(
+    start_server: StartServer, userinfo: str
+) -> None:
+    server = await start_server(mcp_allow_hosts=("127.0.0.1",))
+    url = f"http://{userinfo}127.0.0.1:9/mcp"
+    tool = {"type": "mcp", "server_label": "remote", "server_url": url}
+    response = await post_raw(server.http, {"model": MODEL, "input": "hi", "tools": [tool]})
+    error = assert_shape(response, 400)
+    assert error["param"] == "tools[0].server_url"
+    assert "pw-marker-1234" not in response.text
+
+
 # -- fields -------------------------------------------------------------------------------
 
 

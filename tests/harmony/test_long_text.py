@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from openai_harmony import Author, Message, RenderOptions, Role
@@ -84,3 +85,12 @@ def test_a_run_of_one_character_is_encoded_in_bounded_pieces() -> None:
     empty = get_encoding().render(Message.from_role_and_content(Role.USER, ""), RenderOptions())
     assert tokens[: len(empty) - 1] == empty[:-1] and tokens[-1] == empty[-1]
     assert get_encoding().decode(tokens[len(empty) - 1 : -1]) == text
+
+
+def test_runs_just_short_of_the_limit_are_found_in_linear_time() -> None:
+    # 100 runs of 4,000 letters: each is scanned once, not once per position.
+    text = ("a" * 4000 + " ") * 100
+    started = time.monotonic()
+    parts = list(segments(text))
+    assert time.monotonic() - started < 3  # ~0.05 s; it was ~11 s
+    assert "".join(parts) == text

@@ -223,3 +223,18 @@ async def test_a_tool_result_with_a_lone_surrogate_is_repaired(
     assert call.output == "echo: a\ufffdb"
     stored = await server.client.responses.retrieve(response.id)
     assert stored.status == "completed"
+
+
+async def test_deeply_nested_arguments_are_a_tool_error(
+    server: Server, mcp_echo: RunningMcp
+) -> None:
+    nested = "[" * 600 + "]" * 600
+    response = await server.client.responses.create(
+        model=MODEL,
+        input=f'mcp:echo.echo {{"text": {nested}}}',
+        tools=[_tool(mcp_echo, require_approval="never")],  # type: ignore[list-item]
+    )
+    assert response.status == "completed"
+    call = next(item for item in response.output if item.type == "mcp_call")
+    assert call.status == "failed"
+    assert call.error is not None and "not valid JSON" in str(call.error)

@@ -23,6 +23,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from tests.conftest import StartServer
 from tests.support import MODEL, Server, check_stream, read_sse
 from tests.tools.servers import RunningMcp, echo_server, serve_mcp
+from trio_responses.tools.hosts import HostNotAllowed, allowed_hosts
 from trio_responses.tools.session import McpSession, ToolError
 from trio_responses.tools.transport import connect_to
 
@@ -291,3 +292,11 @@ async def test_the_connection_goes_to_the_address_checked(
     assert answer["output"][-1]["content"][0]["text"] == "Tool result: echo: pinned"
     assert _output(answer, "mcp_list_tools").get("error") is None
     assert resolver.answers == 1
+
+
+def test_a_glob_of_digits_allows_addresses_not_names() -> None:
+    hosts = allowed_hosts(("127.0.0.*",))
+    assert hosts.check_url("http://127.0.0.1:9/mcp").address is not None
+    # A name that merely starts like an allowed address could resolve anywhere.
+    with pytest.raises(HostNotAllowed):
+        hosts.check_url("http://127.0.0.1.attacker.example/mcp")

@@ -51,8 +51,6 @@ async def server(start_server: StartServer, marker: str) -> Server:
         code_interpreter=True,
         python_cpu_s=10,
         python_wall_s=60,
-        python_memory_mb=512,
-        python_processes=8,
         python_disk_mb=16,
     )
 
@@ -384,6 +382,8 @@ async def test_no_memory_outside_the_limits_and_no_nested_namespaces(server: Ser
         "IPC_PRIVATE, IPC_CREAT = 0, 0o1000\n"
         "segment = libc.shmget(IPC_PRIVATE, 64 * 1024 * 1024, IPC_CREAT | 0o600)\n"
         "report['shmget'] = 'created' if segment >= 0 else ctypes.get_errno()\n"
+        "queue = libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)\n"
+        "report['msgget'] = 'created' if queue >= 0 else ctypes.get_errno()\n"
         "CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000\n"
         "for name, flags in (('user', CLONE_NEWUSER), ('mount', CLONE_NEWNS)):\n"
         "    done = libc.unshare(flags)\n"
@@ -394,6 +394,7 @@ async def test_no_memory_outside_the_limits_and_no_nested_namespaces(server: Ser
     assert status == "completed", logs
     report = report_of(logs)
     assert report["memfd"] == errno.EPERM and report["shmget"] == errno.EPERM
+    assert report["msgget"] == errno.EPERM
     assert report["user"] in (errno.ENOSPC, errno.EPERM), report
     assert report["mount"] == errno.EPERM
 

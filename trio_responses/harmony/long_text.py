@@ -39,8 +39,13 @@ MAX_RUN_CHARS = 4_096
 
 # One pre-tokenizer piece: letters, whitespace or punctuation (``_`` included:
 # it is punctuation to the tokenizer). Digits come in pieces of three anyway.
+# Each alternative is anchored at the start of its run (the character before is of
+# another class): unanchored, a run just short of the limit would be scanned again
+# from each of its positions, 4,096 steps per character.
 _LONG = f"{{{MAX_RUN_CHARS + 1},}}"
-_LONG_RUN = re.compile(rf"[^\W\d_]{_LONG}|\s{_LONG}|(?:[^\w\s]|_){_LONG}")
+_LONG_RUN = re.compile(
+    rf"(?<![^\W\d_])[^\W\d_]{_LONG}|(?<!\s)\s{_LONG}|(?<![^\w\s]|_)(?:[^\w\s]|_){_LONG}"
+)
 # Positions where the tokenizer's pieces end whatever follows: after a newline
 # that precedes an ASCII letter or digit, or before a space between ASCII words.
 _BOUNDARY = re.compile(r"(?<=\n)(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?= [A-Za-z])")

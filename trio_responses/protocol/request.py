@@ -857,6 +857,15 @@ def _check_mcp_tool(tool: McpTool, index: int) -> None:
                 param=f"tools[{index}].server_url",
                 code="invalid_value",
             ) from None
+        if parts.username is not None or parts.password is not None:
+            # The response echoes its tools and stores them: a credential does not
+            # belong in the URL (its value is not repeated here either).
+            raise InvalidRequestError(
+                "server_url must not carry a user name or password; send credentials "
+                "as 'authorization' or in 'headers', which are never stored or echoed.",
+                param=f"tools[{index}].server_url",
+                code="invalid_value",
+            )
     headers = tool.headers or {}
     param = f"tools[{index}].headers"
     if len(headers) > MAX_MCP_HEADERS:

@@ -38,7 +38,7 @@ import trio
 
 from .._config import Config
 from .._exceptions import StoreError
-from .._offload import INLINE_BYTES, offload
+from .._offload import estimated_size, offload
 from ..background.event_log import EventLog
 from ..background.subscription import Subscription
 
@@ -143,31 +143,8 @@ def record_bytes(record: StoredResponse) -> int:
 
 async def measure_record(record: StoredResponse) -> int:
     """`record_bytes`, in a worker thread when the record is large."""
-    estimate = _least_json_bytes([record.response, record.input_items], INLINE_BYTES)
-    return await offload(estimate, partial(record_bytes, record))
-
-
-def _least_json_bytes(value: Any, enough: int) -> int:
-    """About the fewest bytes ``value`` takes as JSON, counted only until past ``enough``.
-
-    Cheap where it matters: a large record is recognised by its first long strings,
-    and a small one has few values to visit.
-    """
-    total = 0
-    pending = [value]
-    while pending and total <= enough:
-        item = pending.pop()
-        if isinstance(item, str):
-            total += len(item) + 2
-        elif isinstance(item, dict):
-            total += 2 + sum(len(key) + 4 for key in item)
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            total += 1 + len(item)
-            pending.extend(item)
-        else:
-            total += 4
-    return total
+    estimate = estimated_size([record.response, record.input_items])
+    return await offload(estimate, partial(record_bytes, record), lane="store")
 
 
 @dataclass(frozen=True)

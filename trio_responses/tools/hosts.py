@@ -114,8 +114,13 @@ class AllowedHosts:
         )
 
     def _name_allows(self, host: str, port: int) -> bool:
+        literal = _address(host) is not None
         return any(
-            fnmatch.fnmatchcase(host, pattern) and allowed in (None, port)
+            fnmatch.fnmatchcase(host, pattern)
+            and allowed in (None, port)
+            # A glob of digits (``10.0.0.*``) means addresses: it must not let in a
+            # name such as ``10.0.0.1.example.com``, which may resolve anywhere.
+            and (literal or not _is_address_glob(pattern))
             for pattern, allowed in self.names
         )
 
@@ -152,6 +157,11 @@ def allowed_hosts(patterns: tuple[str, ...]) -> AllowedHosts:
                 continue
         names.append((pattern, None))
     return AllowedHosts(tuple(names), tuple(networks))
+
+
+def _is_address_glob(pattern: str) -> bool:
+    """A pattern of digits, dots, colons and wildcards only, with a digit."""
+    return any(c.isdigit() for c in pattern) and not any(c.isalpha() for c in pattern)
 
 
 def _network(text: str) -> IPNetwork | None:

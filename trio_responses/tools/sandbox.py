@@ -103,7 +103,7 @@ class Limits:
     """Wall-clock time before everything the run started is killed."""
     output_bytes: int = 64 * 1024
     """Output kept (stdout and stderr interleaved); the rest is dropped."""
-    processes: int = 32
+    processes: int = 8
     """Most processes (and threads) the run may have at once."""
     disk_bytes: int = 64 * 1024 * 1024
     """Size of the run's work directory (bwrap: a tmpfs, also ``/tmp``)."""

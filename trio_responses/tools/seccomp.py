@@ -5,7 +5,8 @@ process count and a size-limited work directory (or a cgroup). Two kinds of
 memory escape all three, because their pages belong to no process and no
 file system of the run: System V shared memory segments (``shmget``: a
 segment stays allocated after it is detached, and a run could create
-thousands) and anonymous memory files (``memfd_create``, ``memfd_secret``).
+thousands), System V message queues (``msgget``: thousands of queues of 16 KiB
+each) and anonymous memory files (``memfd_create``, ``memfd_secret``).
 This filter makes those calls fail with ``EPERM``; everything else is allowed.
 Calls through another ABI (32-bit, x32) are refused too, since their numbers
 differ.
@@ -36,10 +37,10 @@ _X32_SYSCALL_BIT = 0x40000000
 
 # machine: (audit arch, first number of another ABI or None, refused call numbers)
 _ARCHES: dict[str, tuple[int, int | None, tuple[int, ...]]] = {
-    # shmget 29, memfd_create 319, memfd_secret 447
-    "x86_64": (0xC000003E, _X32_SYSCALL_BIT, (29, 319, 447)),
-    # shmget 194, memfd_create 279, memfd_secret 447
-    "aarch64": (0xC00000B7, None, (194, 279, 447)),
+    # shmget 29, msgget 68, memfd_create 319, memfd_secret 447
+    "x86_64": (0xC000003E, _X32_SYSCALL_BIT, (29, 68, 319, 447)),
+    # msgget 186, shmget 194, memfd_create 279, memfd_secret 447
+    "aarch64": (0xC00000B7, None, (186, 194, 279, 447)),
 }
 
 

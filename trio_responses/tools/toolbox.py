@@ -301,16 +301,15 @@ def _arguments(text: str) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        # What the model wrote may escape a lone surrogate or say NaN: neither can be sent.
+        value = strict_json(json.loads(text))
     except (ValueError, RecursionError) as error:  # JSONDecodeError, a 4,300-digit integer
         raise ToolError(
             f"The call's arguments are not valid JSON: {error}.", code=INVALID_PARAMS
         ) from None
     if not isinstance(value, dict):
         raise ToolError("The call's arguments must be a JSON object.", code=INVALID_PARAMS)
-    # What the model wrote may escape a lone surrogate or say NaN: neither can be sent.
-    arguments: dict[str, Any] = strict_json(value)
-    return arguments
+    return value
 
 
 def tool_json(tool: ToolInfo) -> dict[str, Any]:
