@@ -7,6 +7,7 @@ the CLI, the embedding API and the tests all build the same object.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ _STORE_SCHEMES: dict[str, StoreKind] = {
     "rediss": "redis",
     "unix": "redis",
 }
+
+
+_ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]+")
+"""A web origin as browsers send it in ``Origin``: scheme, host and optional port."""
 
 
 def store_kind(url: str) -> StoreKind:
@@ -146,6 +151,10 @@ class Config:
     """Most input items in one request (after ``previous_response_id`` expansion)."""
     max_tools: int = 128
     """Most entries in ``tools``."""
+    cors_allow_origins: tuple[str, ...] = ()
+    """Origins (``https://app.example``, or ``*`` for any) whose browser pages may call
+    the API: their requests get CORS headers and their preflights (``OPTIONS``, no API
+    key needed) are answered. Empty: no CORS headers, browsers refuse cross-origin calls."""
 
     # -- streaming ------------------------------------------------------------
     sse_keepalive_s: float = 15.0
@@ -247,6 +256,12 @@ class Config:
                 raise ValueError(f"tool server {spec!r}: expected LABEL=URL or LABEL=stdio:COMMAND")
         if self.code_interpreter and any(s.startswith("python=") for s in self.tool_servers):
             raise ValueError("--code-interpreter and --tool-server python=... both define 'python'")
+        for origin in self.cors_allow_origins:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"CORS origin {origin!r}: use SCHEME://HOST[:PORT] (no path, no trailing "
+                    "'/'), e.g. https://app.example, or * for any origin"
+                )
         store_kind(self.store_url)
         if self.sse_keepalive_s == 0:
             raise ValueError("sse_keepalive_s must be > 0")

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from ._config import Config
+from .api.request_id import RequestIdFilter
 
 logger = logging.getLogger("trio_responses")
 
@@ -69,6 +70,13 @@ _SERVE_OPTIONS = (
         "--admin-key",
         "admin_keys",
         "key that may read /health statistics when --api-key is set "
+        "(repeatable; comma-separated in the variable)",
+        repeat=True,
+    ),
+    _Option(
+        "--cors-allow-origin",
+        "cors_allow_origins",
+        "origin whose browser pages may call the API, e.g. https://app.example, or * for any "
         "(repeatable; comma-separated in the variable)",
         repeat=True,
     ),
@@ -395,8 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     logging.basicConfig(
         level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RequestIdFilter())
     if config.log_level != "debug":
         # One line per MCP HTTP request is noise at info level.
         for noisy in ("httpx2", "mcp"):
