@@ -256,7 +256,7 @@ class JobRunner:
             prompt_tokens=prepared.prompt_tokens,
             input_items=prepared.input_items,
             owner=owner,
-            created_at=float(int(time.time())),
+            created_at=int(time.time()),
             echo=request_echo(request),
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )

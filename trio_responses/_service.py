@@ -35,7 +35,7 @@ import trio
 from ._config import Config
 from ._exceptions import InvalidRequestError, NotFoundError
 from ._offload import estimated_size, offload
-from ._prepare import check_request, prepare
+from ._prepare import PreparedRequest, check_request, prepare
 from ._runner import JobRunner, ResponseHandle
 from .background.event_log import SubscriberLagged
 from .background.subscription import LogSubscription, Subscription
@@ -144,6 +144,35 @@ class ResponsesService:
             ShuttingDownError: `shutdown` has begun.
             StoreError: the state backend is unavailable.
         """
+        prepared = await self._prepare(request, owner)
+        return await self._runner.start(prepared, owner=owner)
+
+    async def count_input_tokens(
+        self, request: Mapping[str, Any] | CreateRequest, *, owner: str | None = None
+    ) -> int:
+        """The prompt tokens ``request`` would give the model, without running it.
+
+        The request is validated and rendered exactly as `create` does (with
+        the conversation before ``previous_response_id``), so the count is
+        the ``usage.input_tokens`` of a response whose model answers in one
+        turn. Nothing is stored and no job starts. Without ``model`` (it is
+        optional here), the served model is meant. MCP tools whose listing is
+        not in the input yet are not counted: listing them needs their server,
+        which only a response contacts.
+
+        Raises:
+            InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
+            StoreError: the state backend is unavailable (``previous_response_id``).
+        """
+        if isinstance(request, Mapping) and request.get("model") is None:
+            request = {**request, "model": self.config.model_name}
+        prepared = await self._prepare(request, owner)
+        return len(prepared.prompt_tokens)
+
+    async def _prepare(
+        self, request: Mapping[str, Any] | CreateRequest, owner: str | None
+    ) -> PreparedRequest:
+        """Validate ``request``, load the conversation before it, render its prompt."""
         # Validating and rendering a large request takes long enough to stall every
         # stream: both run in a worker thread when the input is large (pure work).
         if not isinstance(request, CreateRequest):
@@ -151,11 +180,10 @@ class ResponsesService:
             request = await offload(estimated_size(body), partial(parse_create_request, body))
         check_request(request, self.config, self.pool)
         context = await self._previous_context(request, owner)
-        prepared = await offload(
+        return await offload(
             estimated_size((request, context)),
             partial(prepare, request, context, config=self.config),
         )
-        return await self._runner.start(prepared, owner=owner)
 
     async def _previous_context(
         self, request: CreateRequest, owner: str | None

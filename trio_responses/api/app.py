@@ -32,6 +32,8 @@ from .._offload import offload
 from .._service import ResponsesService
 from ..protocol.request import decode_json_body
 from ..protocol.sse import encode_json
+from .cors import CorsPolicy
+from .request_id import REQUEST_ID, request_id_for
 from .sse import SSEBody
 
 logger = logging.getLogger("trio_responses.api")
@@ -81,10 +83,32 @@ def create_app(service: ResponsesService) -> QuartTrio:
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     keys = tuple(key.encode() for key in config.api_keys)
+    cors = CorsPolicy.of(config.cors_allow_origins)
+
+    @app.before_request
+    async def begin_request() -> Response | None:
+        # Registered first, so it runs first: the id is set for every later hook and
+        # every log line, and a CORS preflight is answered before authentication
+        # (browsers send preflights without credentials).
+        g.started = time.perf_counter()
+        g.request_id = request_id_for(request.headers.get("X-Request-Id"))
+        REQUEST_ID.set(g.request_id)
+        if (
+            request.method == "OPTIONS"
+            and "Access-Control-Request-Method" in request.headers
+            and cors.allows(request.headers.get("Origin"))
+        ):
+            return Response(
+                b"",
+                status=204,
+                headers=cors.preflight_headers(
+                    request.headers.get("Access-Control-Request-Headers")
+                ),
+            )
+        return None
 
     @app.before_request
     async def authenticate() -> None:
-        g.started = time.perf_counter()
         g.owner = None
         if not keys or not request.path.startswith("/v1/"):
             return
@@ -107,6 +131,17 @@ def create_app(service: ResponsesService) -> QuartTrio:
         # client send its next request into a closing connection.
         if _has_body() and not getattr(g, "body_read", False):
             response.headers["Connection"] = "close"
+        return response
+
+    @app.after_request
+    async def mark_response(response: Response) -> Response:
+        response.headers["x-request-id"] = g.request_id
+        if cors.enabled:
+            # Whether CORS headers are sent depends on Origin: caches must know.
+            response.vary.add("Origin")
+            origin = request.headers.get("Origin")
+            if origin is not None and cors.allows(origin):
+                response.headers.update(cors.response_headers(origin))
         return response
 
     @app.after_request
@@ -221,6 +256,14 @@ def create_app(service: ResponsesService) -> QuartTrio:
         except BaseException:
             handle.abandon()  # the client went away: stop generating
             raise
+
+    # A static path: werkzeug matches it before the ``<response_id>`` routes, whatever
+    # the order they are registered in.
+    @app.post("/v1/responses/input_tokens")
+    async def count_input_tokens() -> Response:
+        body = await _read_json()
+        count = await service.count_input_tokens(body, owner=g.owner)
+        return json_response({"object": "response.input_tokens", "input_tokens": count})
 
     @app.get("/v1/responses/<response_id>")
     async def retrieve_response(response_id: str) -> Response:

@@ -40,7 +40,7 @@ class Job:
         prompt_tokens: Sequence[int],
         input_items: list[dict[str, Any]],
         owner: str | None,
-        created_at: float,
+        created_at: int,
         echo: dict[str, Any],
         log: EventLog,
     ) -> None:
@@ -90,7 +90,7 @@ class Job:
     ) -> None:
         """Emit the terminal event and close the log (readers end right after it)."""
         self.builder.finish(
-            status, now=time.time(), error=error, incomplete_reason=incomplete_reason
+            status, now=int(time.time()), error=error, incomplete_reason=incomplete_reason
         )
         self.log.close()
 

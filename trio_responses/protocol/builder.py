@@ -145,7 +145,7 @@ class ResponseBuilder:
         *,
         response_id: str,
         model: str,
-        created_at: float,
+        created_at: int,
         echo: dict[str, Any],
         background: bool,
         emit: Emit,
@@ -159,7 +159,7 @@ class ResponseBuilder:
         self.usage = Usage()
         self.error: dict[str, Any] | None = None
         self.incomplete_reason: str | None = None
-        self.completed_at: float | None = None
+        self.completed_at: int | None = None
         self._echo = echo
         self._emit = emit
         self._sequence = 0
@@ -219,11 +219,15 @@ class ResponseBuilder:
         self,
         status: Status,
         *,
-        now: float,
+        now: int,
         error: dict[str, Any] | None = None,
         incomplete_reason: str | None = None,
     ) -> None:
-        """Close any open item and emit the terminal event for ``status``."""
+        """Close any open item and emit the terminal event for ``status``.
+
+        ``now`` is Unix time in whole seconds, like ``created_at``: the API's
+        timestamps are integers.
+        """
         if self._open is not None:
             self.close_item("incomplete")
         if self._listing is not None:
