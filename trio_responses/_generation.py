@@ -128,6 +128,8 @@ async def generate_response(
                         max_tokens=max_tokens,
                         temperature=request.temperature,
                         top_p=request.top_p,
+                        presence_penalty=request.presence_penalty,
+                        frequency_penalty=request.frequency_penalty,
                         stop_token_ids=stop_tokens(),
                     ),
                 ),

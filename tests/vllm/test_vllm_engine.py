@@ -136,9 +136,16 @@ async def test_random_tokens_end_cleanly(random_model: VllmServer) -> None:
         async with limiter:
             reply = await http.post(
                 "/v1/responses",
-                json={"model": MODEL_NAME, "input": f"anything {index}", "max_output_tokens": 48},
+                json={
+                    "model": MODEL_NAME,
+                    "input": f"anything {index}",
+                    "max_output_tokens": 48,
+                    "presence_penalty": 0.5,
+                    "frequency_penalty": 0.25,
+                },
             )
         assert reply.status_code == 200, reply.text
+        assert reply.json()["presence_penalty"] == 0.5
         statuses.append(reply.json()["status"])
 
     async with httpx2.AsyncClient(base_url=random_model.url, timeout=60) as http:

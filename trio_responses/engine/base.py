@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 TokenSink = Callable[[Sequence[int]], None]
 """Receives output tokens in order; called synchronously by the engine."""
@@ -27,8 +27,28 @@ class SamplingSettings:
     max_tokens: int
     temperature: float | None = None
     top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+
+
+def sampling_kwargs(sampling: SamplingSettings) -> dict[str, Any]:
+    """Keyword arguments for vLLM's ``SamplingParams`` from `SamplingSettings`.
+
+    What the request left out gets OpenAI's default (temperature and top_p 1,
+    no penalties), which is also what the Response echoes. Kept free of vLLM
+    imports so the mapping is testable without it.
+    """
+    return {
+        "max_tokens": sampling.max_tokens,
+        "temperature": 1.0 if sampling.temperature is None else sampling.temperature,
+        "top_p": 1.0 if sampling.top_p is None else sampling.top_p,
+        "presence_penalty": sampling.presence_penalty or 0.0,
+        "frequency_penalty": sampling.frequency_penalty or 0.0,
+        "seed": sampling.seed,
+        "stop_token_ids": list(sampling.stop_token_ids),
+    }
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from .._config import Config
 from .._exceptions import EngineError
-from .base import EngineInfo, GenerationRequest, GenerationResult, TokenSink
+from .base import EngineInfo, GenerationRequest, GenerationResult, TokenSink, sampling_kwargs
 from .script import plan
 
 logger = logging.getLogger("trio_responses.engine.vllm")
@@ -163,16 +163,11 @@ class VllmEngine:
         )
 
     def _sampling_params(self, request: GenerationRequest) -> SamplingParams:
-        sampling = request.sampling
         extra_args = None
         if self._scripted:
             extra_args = {"script": list(plan(request.prompt_token_ids).tokens)}
         return SamplingParams(
-            max_tokens=sampling.max_tokens,
-            temperature=1.0 if sampling.temperature is None else sampling.temperature,
-            top_p=1.0 if sampling.top_p is None else sampling.top_p,
-            seed=sampling.seed,
-            stop_token_ids=list(sampling.stop_token_ids),
+            **sampling_kwargs(request.sampling),
             output_kind=RequestOutputKind.DELTA,
             detokenize=False,
             skip_special_tokens=False,

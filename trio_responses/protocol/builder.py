@@ -81,6 +81,8 @@ def request_echo(request: CreateRequest) -> dict[str, Any]:
         "metadata": request.metadata or {},
         "parallel_tool_calls": request.parallel_tool_calls,
         "previous_response_id": request.previous_response_id,
+        "presence_penalty": request.presence_penalty or 0.0,
+        "frequency_penalty": request.frequency_penalty or 0.0,
         "reasoning": {
             "effort": request.reasoning_effort,
             "summary": request.reasoning.summary if request.reasoning else None,

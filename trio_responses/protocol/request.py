@@ -494,6 +494,8 @@ class CreateRequest(BaseModel):
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=0)] | None = None
     reasoning: Reasoning | None = None
     text: TextConfig | None = None
