@@ -6,6 +6,8 @@ the CLI, the embedding API and the tests all build the same object.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import re
 import shlex
@@ -32,6 +34,28 @@ _STORE_SCHEMES: dict[str, StoreKind] = {
 
 _ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]+")
 """A web origin as browsers send it in ``Origin``: scheme, host and optional port."""
+
+
+def parse_key(text: str) -> bytes:
+    """An encryption key given as 64 hex digits or as base64 of 32 bytes.
+
+    Raises:
+        ValueError: anything else (the message says what is expected).
+    """
+    text = text.strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        try:
+            key = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_")
+        except (binascii.Error, ValueError):
+            key = b""
+    if len(key) != 32:
+        raise ValueError(
+            "an encryption key is 32 bytes, written as 64 hex digits or as base64 "
+            "(make one with: python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return key
 
 
 def store_kind(url: str) -> StoreKind:
@@ -151,6 +175,13 @@ class Config:
     """Most input items in one request (after ``previous_response_id`` expansion)."""
     max_tools: int = 128
     """Most entries in ``tools``."""
+    encryption_key: str | None = None
+    """The 32-byte key (64 hex digits or base64) that seals ``encrypted_content``
+    (reasoning items, compaction items). Unset: the key in ``encryption_key_file``,
+    created there on first start. Replicas sharing a store must share the key."""
+    encryption_key_file: str | None = None
+    """Where the key is kept when ``encryption_key`` is unset (default
+    ``$XDG_STATE_HOME/trio-responses/encryption.key``)."""
     cors_allow_origins: tuple[str, ...] = ()
     """Origins (``https://app.example``, or ``*`` for any) whose browser pages may call
     the API: their requests get CORS headers and their preflights (``OPTIONS``, no API
@@ -263,6 +294,8 @@ class Config:
                     "'/'), e.g. https://app.example, or * for any origin"
                 )
         store_kind(self.store_url)
+        if self.encryption_key is not None:
+            parse_key(self.encryption_key)
         if self.sse_keepalive_s == 0:
             raise ValueError("sse_keepalive_s must be > 0")
 

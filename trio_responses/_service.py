@@ -42,6 +42,7 @@ from .background.subscription import LogSubscription, Subscription
 from .engine import Engine, open_engine
 from .harmony.encoding import get_encoding
 from .protocol.request import CreateRequest, check_includes, parse_create_request
+from .sealing import Sealer, load_key
 from .store.base import State, StoredResponse, StoreError
 from .store.open import open_state
 from .tools.pool import ToolServer, ToolServerPool, ToolServerSpec
@@ -91,12 +92,15 @@ class ResponsesService:
         state: State,
         runner: JobRunner,
         pool: ToolServerPool,
+        sealer: Sealer,
         sandbox: SandboxReport | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.state = state
         self.pool = pool
+        self.sealer = sealer
+        """Seals and opens ``encrypted_content`` (reasoning and compaction items)."""
         self.sandbox = sandbox
         """The bundled code interpreter's sandbox (None without ``code_interpreter``)."""
         self._runner = runner
@@ -546,6 +550,7 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
     # Loading the harmony vocabulary takes a few hundred milliseconds (or a download):
     # do it now, off the event loop, rather than inside the first request.
     await trio.to_thread.run_sync(get_encoding)
+    sealer = Sealer(await trio.to_thread.run_sync(load_key, config))
     pool = ToolServerPool(
         [
             ToolServer(
@@ -571,6 +576,7 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
                 state=state,
                 runner=runner,
                 pool=pool,
+                sealer=sealer,
                 sandbox=sandbox,
             )
             await root.start(_run_in, background, service, runner)

@@ -74,6 +74,18 @@ _SERVE_OPTIONS = (
         repeat=True,
     ),
     _Option(
+        "--encryption-key",
+        "encryption_key",
+        "32-byte key (64 hex digits) sealing encrypted_content; replicas must share it "
+        "(default: a key file created on first start)",
+    ),
+    _Option(
+        "--encryption-key-file",
+        "encryption_key_file",
+        "where the sealing key is kept without --encryption-key "
+        "(default $XDG_STATE_HOME/trio-responses/encryption.key)",
+    ),
+    _Option(
         "--cors-allow-origin",
         "cors_allow_origins",
         "origin whose browser pages may call the API, e.g. https://app.example, or * for any "
