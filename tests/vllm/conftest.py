@@ -7,7 +7,9 @@ A tiny gpt-oss (2 layers, hidden 64, 4 experts, random weights) needs no
 download. Three servers start once per session, side by side:
 
 * ``scripted``: ``--engine-script`` (vLLM follows the scripted model's tokens
-  through a logits processor) and ``--code-interpreter``;
+  through a logits processor) and ``--code-interpreter``; it loads a tokenizer
+  (built from the harmony vocabulary by ``shared/tiny-gpt-oss/make_model_dir.py``),
+  which vLLM's structured outputs need;
 * ``random``: the same model with nothing forcing it: random tokens;
 * ``doomed``: scripted, for the shutdown test, which ends it;
 * ``fragile``: scripted, for the engine-death test, which kills its engine.
@@ -85,7 +87,20 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _start(name: str, model: Path, logs: Path, *flags: str) -> VllmServer:
+MAKE_MODEL_DIR = (
+    Path(__file__).resolve().parents[3] / "shared" / "tiny-gpt-oss" / "make_model_dir.py"
+)
+
+
+@pytest.fixture(scope="session")
+def tokenized_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny gpt-oss with a Hugging Face tokenizer of the harmony vocabulary."""
+    directory = tmp_path_factory.mktemp("tiny-gpt-oss-tokenizer")
+    subprocess.run([sys.executable, str(MAKE_MODEL_DIR), str(directory)], check=True, timeout=300)
+    return directory
+
+
+def _start(name: str, model: Path, logs: Path, *flags: str, tokenizer: bool = False) -> VllmServer:
     log_path = logs / f"{name}.log"
     env = {
         **os.environ,
@@ -110,8 +125,7 @@ def _start(name: str, model: Path, logs: Path, *flags: str) -> VllmServer:
             str(256 * 1024 * 1024),
             "--vllm-arg",
             "load_format=dummy",
-            "--vllm-arg",
-            "skip_tokenizer_init=true",
+            *([] if tokenizer else ["--vllm-arg", "skip_tokenizer_init=true"]),
             "--vllm-arg",
             "enforce_eager=true",
             "--shutdown-grace",
@@ -150,18 +164,19 @@ def _stop(server: VllmServer) -> None:
 
 @pytest.fixture(scope="session")
 def vllm_servers(
-    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+    tiny_model: Path, tokenized_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, VllmServer]]:
     logs = tmp_path_factory.mktemp("vllm-logs")
     servers = {
         "scripted": _start(
             "scripted",
-            tiny_model,
+            tokenized_model,
             logs,
             "--engine-script",
             "--code-interpreter",
             "--python-cpu-seconds",
             "5",
+            tokenizer=True,
         ),
         "random": _start("random", tiny_model, logs),
         "doomed": _start("doomed", tiny_model, logs, "--engine-script"),

@@ -12,7 +12,7 @@ raises, generation is aborted the same way and the exception propagates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -20,6 +20,30 @@ TokenSink = Callable[[Sequence[int]], None]
 """Receives output tokens in order; called synchronously by the engine."""
 
 FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class JsonConstraint:
+    """The output text must be one JSON value valid against ``schema``."""
+
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ChoiceConstraint:
+    """The output text must be exactly one of ``choices``."""
+
+    choices: tuple[str, ...]
+
+
+OutputConstraint = JsonConstraint | ChoiceConstraint
+"""What the whole output of a constrained request must be.
+
+The output is the constrained text followed by one of the request's stop
+tokens (or it ends at ``max_tokens``). The prompt usually ends with a prefilled
+harmony header (``...<|channel|>final<|message|>``), so only that message's body
+is constrained; reasoning before it is generated without one.
+"""
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,8 @@ class GenerationRequest:
     request_id: str
     prompt_token_ids: Sequence[int]
     sampling: SamplingSettings
+    constraint: OutputConstraint | None = None
+    """Every engine honours it: the output text matches it (see `OutputConstraint`)."""
 
 
 @dataclass(frozen=True)

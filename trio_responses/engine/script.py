@@ -17,9 +17,29 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
      ``browser.COMMAND`` call with those arguments;
    * ``tokens:N`` -> a final answer of exactly N tokens;
    * ``fail:N`` -> the engine fails after N tokens;
+   * T starts with ``Summarize the conversation so far`` (the compaction
+     instruction) -> the final answer ``Summary: `` and the earlier user
+     messages' texts joined with `` / `` (cut to 200 characters);
    * none -> the final answer ``You said: <T>``.
 
    ``delay:MS`` may appear as well: MS milliseconds per token.
+
+3. a prompt that ends inside the assistant's turn (prefilled by the server to
+   steer it, see `trio_responses.harmony.steering`) continues the turn: with
+   the rest of the rules' answer when it starts the same way, else by writing
+   the open message's body. Under a constraint (`plan`'s ``constraint``):
+
+   * a choice -> the first choice that calls a tool T names in a directive
+     (``call:NAME``...), else the first choice, then ``<|return|>``;
+   * a JSON schema -> `schema_instance.instance` of it, then ``<|call|>``
+     after a tool-call header or ``<|return|>``. Its hint (the value it keeps
+     where it fits) is the JSON of T's directive for that tool, or, for the
+     final answer, T (or the tool output) when it is JSON; strings default to
+     the unconstrained answer (``You said: <T>``, ``Tool result: <output>``).
+
+   Without a constraint, a prefilled final header gets the unconstrained
+   answer and a call header its directive's arguments (``{}`` without one;
+   for ``python`` the fenced block, else a ``print`` of the answer).
 """
 
 from __future__ import annotations
@@ -33,6 +53,9 @@ from dataclasses import dataclass
 from openai_harmony import Role
 
 from ..harmony.encoding import get_encoding, special_tokens
+from ..harmony.steering import parse_header
+from .base import ChoiceConstraint, OutputConstraint
+from .schema_instance import MISSING, SchemaInstanceError, dumps, instance
 
 
 @dataclass(frozen=True)
@@ -68,8 +91,33 @@ _FUNCTION_DECL = re.compile(r"^type ([A-Za-z0-9_-]+) = ", re.MULTILINE)
 _NAMESPACE = re.compile(r"^namespace ([A-Za-z0-9_-]+) \{", re.MULTILINE)
 
 
-def plan(prompt_tokens: Sequence[int]) -> Script:
-    """The scripted answer to a rendered conversation."""
+def plan(prompt_tokens: Sequence[int], constraint: OutputConstraint | None = None) -> Script:
+    """The scripted answer to a rendered conversation.
+
+    The prompt may end inside the assistant's turn (a prefilled header, tokens
+    of an earlier part of the turn): the answer continues from there. With
+    ``constraint`` the answer is text that matches it, then a stop token
+    (`_constrained`).
+    """
+    conversation, continuation = _split_turn(prompt_tokens)
+    whole = _plan_turn(conversation)
+    if constraint is None and tuple(whole.tokens[: len(continuation)]) == tuple(continuation):
+        if not continuation:
+            return whole
+        fail_after = whole.fail_after
+        return Script(
+            whole.tokens[len(continuation) :],
+            fail_after=None if fail_after is None else max(0, fail_after - len(continuation)),
+            delay_s=whole.delay_s,
+        )
+    return Script(
+        _constrained(_read_prompt(conversation), continuation, constraint),
+        delay_s=whole.delay_s,
+    )
+
+
+def _plan_turn(prompt_tokens: Sequence[int]) -> Script:
+    """The whole scripted turn for a prompt ending with ``<|start|>assistant``."""
     prompt = _read_prompt(prompt_tokens)
     if prompt.last_role == Role.TOOL:
         return Script(
@@ -79,8 +127,23 @@ def plan(prompt_tokens: Sequence[int]) -> Script:
     delay = _DELAY.search(text)
     delay_s = int(delay.group(1)) / 1000 if delay else None
     head = _analysis(f"Thinking about: {text[:80]}")
+    if text.startswith("Summarize the conversation so far"):
+        return Script(head + _final(_summary(prompt_tokens)), delay_s=delay_s)
     tokens, fail_after = _directive(text, prompt)
     return Script(head + tokens, fail_after=fail_after, delay_s=delay_s)
+
+
+def _summary(prompt_tokens: Sequence[int]) -> str:
+    """``Summary: `` and the user messages before the last one (the instruction)."""
+    tokens = list(prompt_tokens)
+    start = special_tokens().start
+    said = [
+        text
+        for role, text in (_message_at(tokens, i) for i, t in enumerate(tokens) if t == start)
+        if role == "user"
+    ][:-1]
+    joined = " / ".join(said)
+    return "Summary: " + (joined if len(joined) <= 200 else joined[:199] + "…")
 
 
 def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]:
@@ -204,6 +267,120 @@ def _message_at(tokens: list[int], start: int) -> tuple[str, str]:
     author = header.split("<|channel|>", 1)[0].split(" ", 1)[0].strip()
     role = author if author in _ROLES else "tool"
     return role, encoding.decode(tokens[body + 1 : end])
+
+
+# -- continuing a steered turn -----------------------------------------------------
+
+
+def _split_turn(prompt_tokens: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(conversation through the turn's ``<|start|>assistant``, the turn so far).
+
+    The turn is the run of assistant messages at the end of the prompt, up to a
+    message of another role or a finished final answer (an earlier turn's).
+    """
+    tokens = list(prompt_tokens)
+    special = special_tokens()
+    assistant = _text("assistant")
+    starts = [index for index, token in enumerate(tokens) if token == special.start]
+    turn_start: int | None = None
+    for index in reversed(starts):
+        if tokens[index + 1 : index + 1 + len(assistant)] != assistant:
+            break
+        if index != starts[-1] and _is_final(tokens, index):
+            break
+        turn_start = index
+    if turn_start is None:
+        return tokens, []
+    cut = turn_start + 1 + len(assistant)
+    return tokens[:cut], tokens[cut:]
+
+
+def _is_final(tokens: list[int], start: int) -> bool:
+    special = special_tokens()
+    try:
+        body = tokens.index(special.message, start)
+    except ValueError:
+        return False
+    return "<|channel|>final" in get_encoding().decode(tokens[start:body])
+
+
+def _constrained(
+    prompt: _Prompt, continuation: Sequence[int], constraint: OutputConstraint | None
+) -> tuple[int, ...]:
+    """The rest of a steered turn: the open message's body and its stop token."""
+    special = special_tokens()
+    text = prompt.last_text
+    said = f"Tool result: {text}" if prompt.last_role == Role.TOOL else f"You said: {text}"
+    if isinstance(constraint, ChoiceConstraint):
+        return (*_text(_pick(constraint.choices, text, prompt)), special.return_)
+    if not continuation or continuation[-1] != special.message:
+        return _final(said)  # between messages: the answer
+    starts = [i for i, token in enumerate(continuation) if token == special.start]
+    header = parse_header(continuation[starts[-1] if starts else 0 :])
+    recipient = header.recipient
+    if constraint is not None:
+        hint = (
+            _directive_arguments(text, recipient, prompt)
+            if recipient is not None
+            else _json_hint(text)
+        )
+        try:
+            body = dumps(instance(constraint.schema, hint=hint, text=said))
+        except SchemaInstanceError:
+            body = "{}"
+    elif recipient is None:
+        body = said
+    elif recipient == "python":
+        block = _PYTHON_BLOCK.search(text)
+        body = block.group(1) if block else f"print({said!r})\n"
+    else:
+        arguments = _directive_arguments(text, recipient, prompt)
+        body = "{}" if arguments is MISSING else json.dumps(arguments)
+    return (*_text(body), special.call if recipient is not None else special.return_)
+
+
+def _directives(text: str, prompt: _Prompt) -> list[tuple[int, str, object]]:
+    """(position, recipient, arguments) of every tool directive in ``text``."""
+    found: list[tuple[int, str, object]] = []
+    names: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+        (_CALL, lambda m: f"functions.{m[1]}"),
+        (_MCP, lambda m: f"{m[1]}.{m[2]}"),
+        (_BROWSER, lambda m: f"browser.{m[1]}"),
+    )
+    for pattern, name in names:
+        for match in pattern.finditer(text):
+            raw = _json_at(text, match.end())
+            if raw is not None:
+                found.append((match.start(), name(match), json.loads(raw)))
+    if search := _SEARCH.search(text):
+        found.append((search.start(), "browser.search", {"query": search.group(1).strip()}))
+    if prompt.python and (block := _PYTHON_BLOCK.search(text)):
+        found.append((block.start(), "python", block.group(1)))
+    return sorted(found, key=lambda entry: entry[0])
+
+
+def _directive_arguments(text: str, recipient: str, prompt: _Prompt) -> object:
+    """The arguments ``text`` gives a call of ``recipient`` (`MISSING`: none)."""
+    for _, name, arguments in _directives(text, prompt):
+        if name == recipient:
+            return arguments
+    return MISSING
+
+
+def _pick(choices: Sequence[str], text: str, prompt: _Prompt) -> str:
+    for _, name, _arguments in _directives(text, prompt):
+        for choice in choices:
+            if choice.endswith(f"to={name}"):
+                return choice
+    return choices[0]
+
+
+def _json_hint(text: str) -> object:
+    """``text`` as JSON, or `MISSING`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return MISSING
 
 
 # -- writing the answer ---------------------------------------------------------------

@@ -55,7 +55,7 @@ class ScriptedEngine:
         return frozenset(self._running)
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
-        script = plan(request.prompt_token_ids)
+        script = plan(request.prompt_token_ids, request.constraint)
         delay = script.delay_s if script.delay_s is not None else self._token_delay_s
         stop = frozenset(request.sampling.stop_token_ids)
         limit = request.sampling.max_tokens

@@ -44,13 +44,21 @@ import trio_asyncio
 from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.inputs.engine import tokens_input
-from vllm.sampling_params import RequestOutputKind
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from .._config import Config
 from .._exceptions import EngineError
-from .base import EngineInfo, GenerationRequest, GenerationResult, TokenSink, sampling_kwargs
+from .base import (
+    ChoiceConstraint,
+    EngineInfo,
+    GenerationRequest,
+    GenerationResult,
+    OutputConstraint,
+    TokenSink,
+    sampling_kwargs,
+)
 from .script import plan
 
 logger = logging.getLogger("trio_responses.engine.vllm")
@@ -144,6 +152,10 @@ class VllmEngine:
                             cached = item.num_cached_tokens
                         if output.finish_reason is not None:
                             finish_reason = output.finish_reason
+                        if finish_reason == "error":
+                            # e.g. its grammar rejected a token: the output is not valid.
+                            ended = True
+                            raise EngineError("The inference engine failed this request.")
                     if tokens:
                         produced += len(tokens)
                         sink(tokens)
@@ -165,13 +177,15 @@ class VllmEngine:
     def _sampling_params(self, request: GenerationRequest) -> SamplingParams:
         extra_args = None
         if self._scripted:
-            extra_args = {"script": list(plan(request.prompt_token_ids).tokens)}
+            script = plan(request.prompt_token_ids, request.constraint)
+            extra_args = {"script": list(script.tokens)}
         return SamplingParams(
             **sampling_kwargs(request.sampling),
             output_kind=RequestOutputKind.DELTA,
             detokenize=False,
             skip_special_tokens=False,
             extra_args=extra_args,
+            structured_outputs=structured_outputs(request.constraint),
         )
 
     async def _pump(
@@ -224,6 +238,21 @@ class VllmEngine:
                     await trio_asyncio.aio_as_trio(self._llm.abort)(list(self._running))
         with trio.move_on_after(self._cleanup_timeout_s * 3):
             await trio.to_thread.run_sync(self._llm.shutdown, abandon_on_cancel=True)
+
+
+def structured_outputs(constraint: OutputConstraint | None) -> StructuredOutputsParams | None:
+    """vLLM's structured outputs for a constraint (applied to the whole output).
+
+    The prompt ends with a prefilled header, so the grammar starts at the
+    message body; once the text is complete it admits only the request's stop
+    tokens (vLLM passes ``stop_token_ids`` to the grammar as its end tokens).
+    Structured outputs need vLLM's tokenizer: do not set ``skip_tokenizer_init``.
+    """
+    if constraint is None:
+        return None
+    if isinstance(constraint, ChoiceConstraint):
+        return StructuredOutputsParams(choice=list(constraint.choices))
+    return StructuredOutputsParams(json=dict(constraint.schema))
 
 
 def engine_args(config: Config) -> AsyncEngineArgs:
@@ -303,4 +332,4 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
                 await engine.aclose()
 
 
-__all__: Sequence[str] = ["VllmEngine", "engine_args", "open_vllm_engine"]
+__all__: Sequence[str] = ["VllmEngine", "engine_args", "open_vllm_engine", "structured_outputs"]

@@ -1,0 +1,327 @@
+"""Steering a turn: structured final answers and enforced ``tool_choice`` (sans-IO).
+
+The model generates freely; a `HeaderGate` between the engine and the
+`TurnTranslator` holds back each message header (``<|start|>...<|message|>``)
+until it is complete and asks the turn's `Steering` what to do with it:
+
+* `PASS`: hand it on, generation continues unconstrained (reasoning stays free);
+* `Constrain`: hand it on, then stop the engine: the message body is
+  generated again under a constraint (the final answer's ``text.format``
+  schema, a tool's ``parameters``);
+* `Replace`: drop it and stop the engine: the turn continues with a prefilled
+  header instead (a call of the forced tool, or the final answer when
+  ``tool_choice`` is ``"none"`` and the model addressed a tool anyway).
+
+The gate stops the engine by raising `Interrupt` from its sink (the `Engine`
+protocol aborts a request whose sink raises). Prefilled header tokens are fed
+to the translator as if the model had written them, so clients see the same
+items and events either way; they count as output tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..protocol.request import (
+    CreateRequest,
+    FormatJsonObject,
+    FormatJsonSchema,
+    ToolChoiceFunction,
+    ToolChoiceHosted,
+    ToolChoiceMcp,
+)
+from .encoding import get_encoding, special_tokens
+from .prompt import PromptTools
+
+ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+BROWSER_SEARCH: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}},
+    "required": ["query"],
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A tool call the model can be made to make: its header and its arguments' schema."""
+
+    recipient: str
+    channel: str
+    content_type: str
+    """``json`` (arguments constrained to ``schema``) or ``code`` (free text)."""
+    schema: Mapping[str, Any] | None = None
+
+    @property
+    def choice(self) -> str:
+        """The header text after ``<|channel|>`` that names this call."""
+        return f"{self.channel} to={self.recipient}"
+
+
+@dataclass(frozen=True)
+class Header:
+    channel: str | None
+    recipient: str | None
+
+
+@dataclass(frozen=True)
+class Pass:
+    pass
+
+
+PASS = Pass()
+
+
+@dataclass(frozen=True)
+class Constrain:
+    """Keep the header; its body must match ``schema``."""
+
+    schema: Mapping[str, Any]
+    call: bool
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Drop the header; continue with a call of one of ``targets``, or the final answer."""
+
+    targets: tuple[Target, ...] = ()
+    final_schema: Mapping[str, Any] | None = None
+
+
+Decision = Pass | Constrain | Replace
+
+
+class Interrupt(Exception):
+    """Raised from the gate's sink to stop the engine at a decided header."""
+
+    def __init__(self, decision: Constrain | Replace) -> None:
+        super().__init__("steering interrupt")
+        self.decision = decision
+
+
+@dataclass(frozen=True)
+class Steering:
+    """What a turn must produce."""
+
+    final_schema: Mapping[str, Any] | None = None
+    """The final answer's JSON schema (``text.format``); None: free text."""
+    targets: tuple[Target, ...] = ()
+    """A call of one of these is required (``tool_choice``); empty: not forced."""
+    no_calls: bool = False
+    """``tool_choice: "none"``: a message addressed to a tool becomes the final answer."""
+
+    @property
+    def active(self) -> bool:
+        return self.final_schema is not None or bool(self.targets) or self.no_calls
+
+    def satisfied(self) -> Steering:
+        """The steering once the forced call is made: nothing more is forced."""
+        return replace(self, targets=())
+
+    def decide(self, header: Header) -> Decision:
+        recipient = header.recipient
+        if self.targets:
+            if recipient is None and header.channel == "analysis":
+                return PASS
+            forced = {target.recipient: target for target in self.targets}
+            target = forced.get(recipient) if recipient is not None else None
+            if target is None:
+                return Replace(targets=self.targets)
+            return _call_decision(target)
+        if recipient is not None:
+            if self.no_calls:
+                return Replace(final_schema=self.final_schema)
+            return PASS
+        if header.channel == "final" and self.final_schema is not None:
+            return Constrain(self.final_schema, call=False)
+        return PASS
+
+
+def _call_decision(target: Target) -> Decision:
+    if target.content_type == "json":
+        return Constrain(target.schema or ANY_OBJECT, call=True)
+    return PASS
+
+
+def steering_for(request: CreateRequest, tools: PromptTools, *, forced: bool) -> Steering:
+    """The steering of a turn of ``request``; ``forced``: no call was made in this response yet."""
+    text_format = request.text.format if request.text is not None else None
+    final_schema: Mapping[str, Any] | None = None
+    if isinstance(text_format, FormatJsonSchema):
+        final_schema = text_format.schema_
+    elif isinstance(text_format, FormatJsonObject):
+        final_schema = ANY_OBJECT
+    choice = request.tool_choice
+    if choice == "none":
+        return Steering(final_schema=final_schema, no_calls=True)
+    every = _targets(request, tools)
+    targets: tuple[Target, ...] = ()
+    if forced:
+        if choice == "required":
+            targets = tuple(every)
+        elif isinstance(choice, ToolChoiceFunction):
+            targets = tuple(t for t in every if t.recipient == f"functions.{choice.name}")
+        elif isinstance(choice, ToolChoiceMcp):
+            prefix = f"{choice.server_label}."
+            targets = tuple(
+                t
+                for t in every
+                if t.recipient.startswith(prefix)
+                and (choice.name is None or t.recipient == prefix + choice.name)
+            )
+        elif isinstance(choice, ToolChoiceHosted):
+            wanted = "python" if choice.type == "code_interpreter" else "browser.search"
+            targets = tuple(t for t in every if t.recipient == wanted)
+    return Steering(final_schema=final_schema, targets=targets)
+
+
+def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
+    targets = [
+        Target(f"functions.{tool.name}", "commentary", "json", tool.parameters or ANY_OBJECT)
+        for tool in request.function_tools
+    ]
+    if tools.python:
+        targets.append(Target("python", "analysis", "code"))
+    if tools.browser:
+        targets.append(Target("browser.search", "analysis", "json", BROWSER_SEARCH))
+    for namespace in tools.namespaces:
+        for tool in namespace.tools:
+            schema = tool.parameters if isinstance(tool.parameters, Mapping) else None
+            targets.append(
+                Target(f"{namespace.name}.{tool.name}", "commentary", "json", schema or ANY_OBJECT)
+            )
+    return targets
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def _text(text: str) -> list[int]:
+    return get_encoding().encode(text, disallowed_special=())
+
+
+def _start(first: bool) -> list[int]:
+    """``<|start|>assistant`` unless the header opens the turn (the prompt ends with it)."""
+    return [] if first else [special_tokens().start, *_text("assistant")]
+
+
+def final_header(*, first: bool) -> list[int]:
+    special = special_tokens()
+    return [*_start(first), special.channel, *_text("final"), special.message]
+
+
+def call_header(target: Target, *, first: bool) -> list[int]:
+    special = special_tokens()
+    return [*_start(first), special.channel, *_text(target.choice), *header_rest(target)]
+
+
+def choice_prefix(*, first: bool) -> list[int]:
+    """The prefill before a choice of ``Target.choice`` texts."""
+    return [*_start(first), special_tokens().channel]
+
+
+def header_rest(target: Target) -> list[int]:
+    """What follows ``Target.choice`` in its header, through ``<|message|>``."""
+    special = special_tokens()
+    if target.content_type == "json":
+        return [*_text(" "), special.constrain, *_text("json"), special.message]
+    return [*_text(f" {target.content_type}"), special.message]
+
+
+def chosen(targets: Sequence[Target], tokens: Sequence[int]) -> Target:
+    """The target whose choice text ``tokens`` spell (the first if they spell none)."""
+    text = get_encoding().decode([t for t in tokens if t not in special_tokens().structural])
+    text = text.strip()
+    for target in targets:
+        if target.choice == text:
+            return target
+    for target in targets:
+        if text and target.choice.startswith(text):
+            return target
+    return targets[0]
+
+
+_RECIPIENT = re.compile(r"to=(\S+?)(?=\s|<\||$)")
+
+
+def parse_header(tokens: Sequence[int]) -> Header:
+    """Channel and recipient of a complete header (``...<|message|>``)."""
+    text = get_encoding().decode(list(tokens))
+    recipient_match = _RECIPIENT.search(text)
+    recipient = recipient_match.group(1) if recipient_match else None
+    channel: str | None = None
+    if "<|channel|>" in text:
+        after = text.split("<|channel|>", 1)[1]
+        channel = re.split(r"\s|<\|", after, maxsplit=1)[0] or None
+    if recipient == "assistant":
+        recipient = None
+    return Header(channel, recipient)
+
+
+class HeaderGate:
+    """Between the engine and the translator: holds each header until it is decided.
+
+    ``in_header``: the output starts with a header (the prompt ends with
+    ``<|start|>assistant``) rather than inside a message body.
+    """
+
+    def __init__(
+        self,
+        steering: Steering,
+        forward: Callable[[Sequence[int]], None],
+        *,
+        in_header: bool,
+    ) -> None:
+        self.steering = steering
+        self._forward = forward
+        self._in_header = in_header
+        self._held: list[int] = []
+        special = special_tokens()
+        self._start = special.start
+        self._message = special.message
+        self._closing = frozenset((special.end, special.call, special.return_))
+
+    def flush(self) -> None:
+        """Forward a header still held when the engine stopped (it never completed)."""
+        held, self._held = self._held, []
+        if held:
+            self._forward(held)
+
+    def feed(self, tokens: Iterable[int]) -> None:
+        """Forward ``tokens``, holding headers back until decided.
+
+        Raises:
+            Interrupt: a header was decided and the engine must stop here.
+        """
+        body: list[int] = []
+        for token in tokens:
+            if not self._in_header:
+                if token == self._start:
+                    if body:
+                        self._forward(body)
+                        body = []
+                    self._in_header = True
+                    self._held = [token]
+                else:
+                    body.append(token)
+                continue
+            self._held.append(token)
+            if token in self._closing:  # not a header after all: the translator judges
+                held, self._held = self._held, []
+                self._in_header = False
+                self._forward(held)
+                continue
+            if token != self._message:
+                continue
+            held, self._held = self._held, []
+            self._in_header = False
+            decision = self.steering.decide(parse_header(held))
+            if isinstance(decision, Replace):
+                raise Interrupt(decision)
+            self._forward(held)
+            if isinstance(decision, Constrain):
+                raise Interrupt(decision)
+        if body:
+            self._forward(body)
