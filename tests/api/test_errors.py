@@ -53,7 +53,11 @@ def assert_error(body: dict[str, Any], *, type_: str, param: str | None, code: s
             "tools[0].type",
             "unsupported_value",
         ),
-        ({"model": MODEL, "conversation": "conv_1"}, "conversation", "unsupported_parameter"),
+        (
+            {"model": MODEL, "conversation": "conv_1", "previous_response_id": "resp_1"},
+            "conversation",
+            "mutually_exclusive_parameters",
+        ),
         ({"model": MODEL, "top_logprobs": 3}, "top_logprobs", "invalid_value"),
         (
             {"model": MODEL, "include": ["message.output_text.logprobs"]},

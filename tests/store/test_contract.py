@@ -22,7 +22,14 @@ from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
 from trio_responses.protocol.request import parse_create_request
 from trio_responses.protocol.sse import decode_event
-from trio_responses.store.base import RESTARTED_ERROR, State, StoredResponse, record_bytes
+from trio_responses.store.base import (
+    RESTARTED_ERROR,
+    ConversationFull,
+    State,
+    StoredConversation,
+    StoredResponse,
+    record_bytes,
+)
 from trio_responses.store.open import open_state
 
 OWNER = "owner-a"
@@ -452,3 +459,152 @@ async def test_a_live_log_is_followed_as_it_grows(store_url: str) -> None:
             nursery.start_soon(write_the_rest)
             received = await read_all(reader)
         assert received == frames
+
+
+# -- item lookup (item_reference) -----------------------------------------------------------
+
+
+async def test_items_of_finished_records_are_found_by_id(store_url: str) -> None:
+    async with opened(store_url) as state:
+        store = state.store
+        await store.put(_record("resp_1"))
+        assert await store.find_item("in_resp_1", owner=OWNER) == {
+            "type": "message",
+            "id": "in_resp_1",
+            "role": "user",
+        }
+        output = await store.find_item("msg_resp_1", owner=OWNER)
+        assert output is not None and output["type"] == "message"
+        assert await store.find_item("msg_resp_1", owner=STRANGER) is None
+        assert await store.find_item("msg_unknown", owner=OWNER) is None
+        await store.delete("resp_1", owner=OWNER)
+        assert await store.find_item("msg_resp_1", owner=OWNER) is None
+
+
+async def test_items_of_evicted_records_are_not_found(store_url: str) -> None:
+    async with opened(store_url, max_stored_responses=1) as state:
+        await state.store.put(_record("resp_1"))
+        await state.store.put(_record("resp_2"))
+        assert await state.store.find_item("msg_resp_1", owner=OWNER) is None
+        assert await state.store.find_item("msg_resp_2", owner=OWNER) is not None
+
+
+# -- conversations ----------------------------------------------------------------------------
+
+
+def _conversation(conversation_id: str = "conv_1", owner: str | None = OWNER) -> StoredConversation:
+    return StoredConversation(
+        {"id": conversation_id, "object": "conversation", "created_at": 1, "metadata": {}}, owner
+    )
+
+
+def _item(item_id: str, text: str = "hi") -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "user",
+        "content": [{"type": "input_text", "text": text}],
+    }
+
+
+async def test_conversations_round_trip_scoped_to_their_owner(store_url: str) -> None:
+    async with opened(store_url) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation(), [_item("msg_a"), _item("msg_b")])
+        got = await conversations.get("conv_1", owner=OWNER)
+        assert got is not None and got.conversation["id"] == "conv_1"
+        assert await conversations.get("conv_1", owner=STRANGER) is None
+        assert await conversations.items("conv_1", owner=STRANGER) is None
+        assert [i["id"] for i in await conversations.items("conv_1", owner=OWNER) or []] == [
+            "msg_a",
+            "msg_b",
+        ]
+        updated = await conversations.update("conv_1", {"k": "v"}, owner=OWNER)
+        assert updated is not None and updated.conversation["metadata"] == {"k": "v"}
+        got = await conversations.get("conv_1", owner=OWNER)
+        assert got is not None and got.conversation["metadata"] == {"k": "v"}
+        assert await conversations.update("conv_1", {}, owner=STRANGER) is None
+        assert not await conversations.delete("conv_1", owner=STRANGER)
+        assert await conversations.delete("conv_1", owner=OWNER)
+        assert await conversations.get("conv_1", owner=OWNER) is None
+        assert not await conversations.delete("conv_1", owner=OWNER)
+
+
+async def test_conversation_items_are_added_found_and_deleted(store_url: str) -> None:
+    async with opened(store_url) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation(), [_item("msg_a")])
+        added = await conversations.add_items(
+            "conv_1", [_item("msg_a", "again"), _item("msg_c")], owner=OWNER
+        )
+        assert added == [_item("msg_c")]  # ids it holds already are left out
+        assert await conversations.add_items("conv_2", [_item("msg_d")], owner=OWNER) is None
+        assert await conversations.add_items("conv_1", [_item("msg_d")], owner=STRANGER) is None
+        with pytest.raises(ConversationFull) as full:
+            await conversations.add_items(
+                "conv_1", [_item("msg_x"), _item("msg_y")], owner=OWNER, max_items=3
+            )
+        assert full.value.held == 2
+        assert await conversations.get_item("conv_1", "msg_c", owner=OWNER) == _item("msg_c")
+        assert await conversations.get_item("conv_1", "msg_c", owner=STRANGER) is None
+        assert await conversations.find_item("msg_c", owner=OWNER) == _item("msg_c")
+        assert await conversations.find_item("msg_c", owner=STRANGER) is None
+        assert await conversations.delete_item("conv_1", "msg_a", owner=OWNER)
+        assert not await conversations.delete_item("conv_1", "msg_a", owner=OWNER)
+        assert [i["id"] for i in await conversations.items("conv_1", owner=OWNER) or []] == [
+            "msg_c"
+        ]
+        assert await conversations.get_item("conv_1", "msg_a", owner=OWNER) is None
+
+
+async def test_a_conversation_lock_has_one_holder_until_released_or_expired(
+    store_url: str,
+) -> None:
+    async with opened(store_url) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation(), [])
+        assert await conversations.lock("conv_1", "resp_a", owner=OWNER, lease_s=60) is True
+        assert await conversations.lock("conv_1", "resp_b", owner=OWNER, lease_s=60) is False
+        assert await conversations.lock("conv_1", "resp_a", owner=OWNER, lease_s=60) is True
+        assert await conversations.lock("conv_1", "resp_b", owner=STRANGER, lease_s=60) is None
+        await conversations.unlock("conv_1", "resp_b")  # not the holder: nothing changes
+        assert await conversations.lock("conv_1", "resp_b", owner=OWNER, lease_s=60) is False
+        await conversations.unlock("conv_1", "resp_a")
+        assert await conversations.lock("conv_1", "resp_b", owner=OWNER, lease_s=0.05) is True
+        await trio.sleep(0.2)  # the lease runs out by the store's own clock
+        assert await conversations.lock("conv_1", "resp_c", owner=OWNER, lease_s=60) is True
+
+
+async def test_conversations_are_bounded_least_recently_used_first(store_url: str) -> None:
+    async with opened(store_url, max_stored_responses=2) as state:
+        conversations = state.conversations
+        for name in ("conv_1", "conv_2"):
+            await conversations.create(_conversation(name), [_item(f"msg_{name}")])
+        assert await conversations.get("conv_1", owner=OWNER) is not None  # used: kept
+        await conversations.create(_conversation("conv_3"), [])
+        assert await conversations.get("conv_2", owner=OWNER) is None
+        assert await conversations.find_item("msg_conv_2", owner=OWNER) is None
+        assert await conversations.get("conv_1", owner=OWNER) is not None
+        assert await conversations.get("conv_3", owner=OWNER) is not None
+
+
+async def test_one_owner_cannot_evict_anothers_conversations(store_url: str) -> None:
+    async with opened(store_url, max_stored_responses=2, api_keys=TWO_KEYS) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation("conv_a", owner=STRANGER), [])
+        for index in range(3):
+            await conversations.create(_conversation(f"conv_{index}"), [])
+        assert await conversations.get("conv_a", owner=STRANGER) is not None
+        assert await conversations.get("conv_2", owner=OWNER) is not None
+        assert await conversations.get("conv_0", owner=OWNER) is None
+
+
+async def test_conversations_expire_after_their_last_use(store_url: str) -> None:
+    async with opened(store_url, store_ttl_s=0.3) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation(), [_item("msg_a")])
+        await trio.sleep(0.5)  # longer than the TTL, without a use in between
+        await conversations.expire()
+        assert await conversations.get("conv_1", owner=OWNER) is None
+        assert await conversations.items("conv_1", owner=OWNER) is None
+        assert await conversations.find_item("msg_a", owner=OWNER) is None

@@ -12,6 +12,12 @@ Three small protocols, each implemented once per backend (``memory://``,
   following from another replica.
 - `Control`: what reaches a job wherever it runs: cancel messages, and the
   heartbeat that tells other replicas this one is alive.
+- `ConversationStore`: conversations (``/v1/conversations``) and their items,
+  owner-scoped, with the lock that lets one response at a time run on one.
+
+Item lookup (``item_reference`` input items): `ResponseStore.find_item` and
+`ConversationStore.find_item` find a stored item by its id, through an index the
+backend keeps as records and conversations are written, deleted and evicted.
 
 A running job always writes its events to its own in-process `EventLog` ring;
 readers in the same process follow that ring. The job's task is the only
@@ -49,13 +55,17 @@ __all__ = [
     "RUNNING_STATUSES",
     "CancelHandler",
     "Control",
+    "ConversationFull",
+    "ConversationStore",
     "EventLogStore",
     "LogStatistics",
     "ResponseStore",
     "State",
     "StoreError",
     "StoreLimits",
+    "StoredConversation",
     "StoredResponse",
+    "conversation_bytes",
     "measure_record",
     "record_bytes",
     "with_retries",
@@ -86,6 +96,22 @@ class StoredResponse:
     def id(self) -> str:
         response_id: str = self.response["id"]
         return response_id
+
+    def item(self, item_id: str) -> dict[str, Any] | None:
+        """The input or output item with ``item_id``, if this record holds one."""
+        for item in (*self.input_items, *(self.response.get("output") or ())):
+            if isinstance(item, dict) and item.get("id") == item_id:
+                return item
+        return None
+
+    @property
+    def item_ids(self) -> set[str]:
+        """The ids of its input and output items (what the item index holds)."""
+        return {
+            item["id"]
+            for item in (*self.input_items, *(self.response.get("output") or ()))
+            if isinstance(item, dict) and isinstance(item.get("id"), str)
+        }
 
     @property
     def status(self) -> str:
@@ -130,6 +156,12 @@ def encoded(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as error:
         raise StoreError(f"The response store cannot encode a record as JSON: {error}") from error
+
+
+def conversation_bytes(conversation: dict[str, Any], items: Sequence[dict[str, Any]]) -> int:
+    """The size a conversation counts for in its tenant's byte bound: its object and
+    each item as `encoded` JSON, in UTF-8 bytes. The same in every backend."""
+    return len(encoded(conversation).encode()) + sum(len(encoded(i).encode()) for i in items)
 
 
 def record_bytes(record: StoredResponse) -> int:
@@ -235,6 +267,123 @@ class ResponseStore(Protocol):
         Redis: records whose replica's lease expired; each is claimed once,
         atomically, by the first replica to notice. Memory: none.
         """
+        ...
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        """An input or output item with ``item_id`` of a finished record of ``owner``
+        (the newest such record when several hold it), or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredConversation:
+    """One conversation as stored (its items are read separately)."""
+
+    conversation: dict[str, Any]
+    """The Conversation object: ``id``, ``object``, ``created_at``, ``metadata``."""
+    owner: str | None
+    """Digest of the API key that created it (None without auth)."""
+
+    @property
+    def id(self) -> str:
+        conversation_id: str = self.conversation["id"]
+        return conversation_id
+
+
+class ConversationFull(Exception):
+    """Adding items would take a conversation past its bound on items."""
+
+    def __init__(self, held: int) -> None:
+        super().__init__(held)
+        self.held = held
+        """The items it holds now."""
+
+
+class ConversationStore(Protocol):
+    """Conversations by id, scoped to their owner, with their items in order.
+
+    A conversation lives ``store_ttl_s`` after its last use (any call below
+    naming it). Conversations are bounded like finished responses, with a bound
+    of their own: each tenant keeps at most `StoreLimits.share_responses`
+    conversations and `StoreLimits.share_bytes` bytes of them (a conversation's
+    size: its object and its items as compact JSON); the least recently used of
+    that tenant's go first, never the one being written. Item ids are unique
+    within a conversation.
+    """
+
+    async def create(
+        self, conversation: StoredConversation, items: Sequence[dict[str, Any]]
+    ) -> None:
+        """Store a new conversation with its first items (each with an ``id``)."""
+        ...
+
+    async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
+        """The conversation, or None if unknown, deleted, expired or someone else's."""
+        ...
+
+    async def update(
+        self, conversation_id: str, metadata: dict[str, str], *, owner: str | None
+    ) -> StoredConversation | None:
+        """Replace its metadata; the conversation as it is now, or None (unknown)."""
+        ...
+
+    async def delete(self, conversation_id: str, *, owner: str | None) -> bool:
+        """Remove a conversation and its items; False if there was none (for this owner)."""
+        ...
+
+    async def items(
+        self, conversation_id: str, *, owner: str | None
+    ) -> list[dict[str, Any]] | None:
+        """All its items, oldest first; None for an unknown conversation."""
+        ...
+
+    async def add_items(
+        self,
+        conversation_id: str,
+        items: Sequence[dict[str, Any]],
+        *,
+        owner: str | None,
+        max_items: int | None = None,
+    ) -> list[dict[str, Any]] | None:
+        """Append items (each with an ``id``), atomically; those whose id the
+        conversation holds already are left out. Returns the items added, or None
+        for an unknown conversation.
+
+        Raises:
+            ConversationFull: it would hold more than ``max_items`` (None: no bound;
+                nothing is added).
+        """
+        ...
+
+    async def get_item(
+        self, conversation_id: str, item_id: str, *, owner: str | None
+    ) -> dict[str, Any] | None:
+        """One item of the conversation, or None."""
+        ...
+
+    async def delete_item(self, conversation_id: str, item_id: str, *, owner: str | None) -> bool:
+        """Remove one item; False if the conversation holds none with that id."""
+        ...
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        """An item with ``item_id`` in any conversation of ``owner``, or None."""
+        ...
+
+    async def lock(
+        self, conversation_id: str, holder: str, *, owner: str | None, lease_s: float
+    ) -> bool | None:
+        """Take (or, for the same ``holder``, extend) the conversation's lock for
+        ``lease_s``, atomically, across replicas. False: another holder's lease runs;
+        None: unknown conversation."""
+        ...
+
+    async def unlock(self, conversation_id: str, holder: str) -> None:
+        """Release the lock if ``holder`` holds it."""
+        ...
+
+    async def expire(self) -> int:
+        """Drop conversations past their time to live; returns how many (backends
+        whose keys expire by themselves may answer 0)."""
         ...
 
 
@@ -349,6 +498,7 @@ class State:
     store: ResponseStore
     logs: EventLogStore
     control: Control
+    conversations: ConversationStore
 
     @property
     def durable(self) -> bool:

@@ -6,6 +6,8 @@
 - `MemoryEventLogs`: keeps the finished in-process rings of background
   responses (`StreamRetention`), nothing else: a job's readers follow its ring.
 - `LocalControl`: every job runs here, so there is nothing to reach.
+- `MemoryConversations`: conversations in a dict, LRU per tenant, with a time
+  to live; item indexes (`find_item`) kept next to records and conversations.
 
 Nothing survives the process; one process only.
 """
@@ -17,7 +19,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import NoReturn, final
+from dataclasses import replace
+from typing import Any, NoReturn, final
 
 import trio
 
@@ -27,10 +30,14 @@ from ..background.retention import StreamRetention
 from ..background.subscription import LogSubscription, Subscription
 from .base import (
     CancelHandler,
+    ConversationFull,
     LogStatistics,
     State,
+    StoredConversation,
     StoredResponse,
     StoreLimits,
+    conversation_bytes,
+    encoded,
     measure_record,
 )
 
@@ -81,6 +88,8 @@ class MemoryStore:
         self._finished: dict[str, _Share] = {}
         """The share holding each finished record."""
         self._running: dict[str, StoredResponse] = {}
+        self._items: dict[str, dict[str, None]] = {}
+        """Item id -> the finished records holding it (oldest first): `find_item`."""
 
     def __len__(self) -> int:
         return len(self._finished) + len(self._running)
@@ -99,8 +108,10 @@ class MemoryStore:
             share = self._shares[tenant] = _Share(tenant)
         share.add(record, self._clock() + self._ttl, size)
         self._finished[key] = share
+        for item_id in record.item_ids:
+            self._items.setdefault(item_id, {})[key] = None
         while self._limits.over(len(share.records), share.bytes):
-            del self._finished[share.pop_oldest()]
+            self._forget(next(iter(share.records)))
 
     async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
         await trio.lowlevel.checkpoint()
@@ -146,6 +157,12 @@ class MemoryStore:
         share = self._finished.pop(response_id, None)
         if share is None:
             return
+        for item_id in share.records[response_id][1].item_ids:
+            holders = self._items.get(item_id)
+            if holders is not None:
+                holders.pop(response_id, None)
+                if not holders:
+                    del self._items[item_id]
         share.remove(response_id)
         if not share.records:
             del self._shares[share.tenant]
@@ -153,6 +170,220 @@ class MemoryStore:
     async def recover_interrupted(self) -> list[StoredResponse]:
         await trio.lowlevel.checkpoint()
         return []  # nothing outlives the process that ran it
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        for response_id in reversed(list(self._items.get(item_id, ()))):
+            record = await self.get(response_id, owner=owner)
+            if record is not None and (item := record.item(item_id)) is not None:
+                return item
+        return None
+
+
+@final
+class _Conversation:
+    """One stored conversation: its object, items in order, size, lock."""
+
+    def __init__(self, stored: StoredConversation) -> None:
+        self.stored = stored
+        self.items: dict[str, dict[str, Any]] = {}
+        self.bytes = conversation_bytes(stored.conversation, ())
+        self.expires_at = 0.0
+        self.holder: str | None = None
+        self.lock_until = 0.0
+
+
+@final
+class MemoryConversations:
+    """Implements `ConversationStore` in memory: LRU per tenant, with a time to live."""
+
+    def __init__(
+        self,
+        *,
+        limits: StoreLimits,
+        ttl_s: float = math.inf,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._limits = limits
+        self._ttl = ttl_s
+        self._clock = clock
+        self._conversations: dict[str, _Conversation] = {}
+        self._tenants: dict[str | None, OrderedDict[str, None]] = {}
+        """Conversation ids by tenant, least recently used first."""
+        self._items: dict[str, dict[str, None]] = {}
+        """Item id -> the conversations holding it."""
+
+    def _live(self, conversation_id: str, owner: str | None) -> _Conversation | None:
+        """The conversation if it is ``owner``'s and not expired; marks it used."""
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return None
+        if conversation.expires_at <= self._clock():
+            self._drop(conversation_id)
+            return None
+        if conversation.stored.owner != owner:
+            return None
+        self._used(conversation_id, conversation)
+        return conversation
+
+    def _used(self, conversation_id: str, conversation: _Conversation) -> None:
+        conversation.expires_at = self._clock() + self._ttl
+        tenant = self._tenants.setdefault(
+            self._limits.tenant(conversation.stored.owner), OrderedDict()
+        )
+        tenant[conversation_id] = None
+        tenant.move_to_end(conversation_id)
+        size = sum(self._conversations[key].bytes for key in tenant)
+        while self._limits.over(len(tenant), size):
+            oldest = next(iter(tenant))
+            if oldest == conversation_id:
+                break
+            size -= self._conversations[oldest].bytes
+            self._drop(oldest)
+
+    def _drop(self, conversation_id: str) -> None:
+        conversation = self._conversations.pop(conversation_id)
+        tenant_key = self._limits.tenant(conversation.stored.owner)
+        tenant = self._tenants.get(tenant_key)
+        if tenant is not None:
+            tenant.pop(conversation_id, None)
+            if not tenant:
+                del self._tenants[tenant_key]
+        for item_id in conversation.items:
+            self._unindex(item_id, conversation_id)
+
+    def _unindex(self, item_id: str, conversation_id: str) -> None:
+        holders = self._items.get(item_id)
+        if holders is not None:
+            holders.pop(conversation_id, None)
+            if not holders:
+                del self._items[item_id]
+
+    def _add(
+        self, conversation_id: str, conversation: _Conversation, items: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        added = []
+        for item in items:
+            if item["id"] in conversation.items:
+                continue
+            conversation.items[item["id"]] = item
+            conversation.bytes += len(encoded(item).encode())
+            self._items.setdefault(item["id"], {})[conversation_id] = None
+            added.append(item)
+        return added
+
+    async def create(
+        self, conversation: StoredConversation, items: Sequence[dict[str, Any]]
+    ) -> None:
+        await trio.lowlevel.checkpoint()
+        entry = _Conversation(conversation)
+        self._conversations[conversation.id] = entry
+        self._add(conversation.id, entry, items)
+        self._used(conversation.id, entry)
+
+    async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        return None if conversation is None else conversation.stored
+
+    async def update(
+        self, conversation_id: str, metadata: dict[str, str], *, owner: str | None
+    ) -> StoredConversation | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        if conversation is None:
+            return None
+        old = conversation.stored
+        conversation.stored = replace(old, conversation={**old.conversation, "metadata": metadata})
+        conversation.bytes += conversation_bytes(conversation.stored.conversation, ()) - (
+            conversation_bytes(old.conversation, ())
+        )
+        self._used(conversation_id, conversation)
+        return conversation.stored
+
+    async def delete(self, conversation_id: str, *, owner: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        if self._live(conversation_id, owner) is None:
+            return False
+        self._drop(conversation_id)
+        return True
+
+    async def items(
+        self, conversation_id: str, *, owner: str | None
+    ) -> list[dict[str, Any]] | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        return None if conversation is None else list(conversation.items.values())
+
+    async def add_items(
+        self,
+        conversation_id: str,
+        items: Sequence[dict[str, Any]],
+        *,
+        owner: str | None,
+        max_items: int | None = None,
+    ) -> list[dict[str, Any]] | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        if conversation is None:
+            return None
+        new = {item["id"] for item in items} - conversation.items.keys()
+        if max_items is not None and len(conversation.items) + len(new) > max_items:
+            raise ConversationFull(len(conversation.items))
+        added = self._add(conversation_id, conversation, items)
+        self._used(conversation_id, conversation)
+        return added
+
+    async def get_item(
+        self, conversation_id: str, item_id: str, *, owner: str | None
+    ) -> dict[str, Any] | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        return None if conversation is None else conversation.items.get(item_id)
+
+    async def delete_item(self, conversation_id: str, item_id: str, *, owner: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        if conversation is None or item_id not in conversation.items:
+            return False
+        item = conversation.items.pop(item_id)
+        conversation.bytes -= len(encoded(item).encode())
+        self._unindex(item_id, conversation_id)
+        return True
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        await trio.lowlevel.checkpoint()
+        for conversation_id in reversed(list(self._items.get(item_id, ()))):
+            conversation = self._live(conversation_id, owner)
+            if conversation is not None and item_id in conversation.items:
+                return conversation.items[item_id]
+        return None
+
+    async def lock(
+        self, conversation_id: str, holder: str, *, owner: str | None, lease_s: float
+    ) -> bool | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._live(conversation_id, owner)
+        if conversation is None:
+            return None
+        now = self._clock()
+        if conversation.holder not in (None, holder) and conversation.lock_until > now:
+            return False
+        conversation.holder, conversation.lock_until = holder, now + lease_s
+        return True
+
+    async def unlock(self, conversation_id: str, holder: str) -> None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is not None and conversation.holder == holder:
+            conversation.holder = None
+
+    async def expire(self) -> int:
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        expired = [key for key, c in self._conversations.items() if c.expires_at <= now]
+        for key in expired:
+            self._drop(key)
+        return len(expired)
 
 
 @final
@@ -243,4 +474,5 @@ async def open_memory_state(config: Config) -> AsyncIterator[State]:
         store=MemoryStore(limits=StoreLimits.of(config), ttl_s=config.store_ttl_s),
         logs=MemoryEventLogs(stream_retention(config)),
         control=LocalControl(),
+        conversations=MemoryConversations(limits=StoreLimits.of(config), ttl_s=config.store_ttl_s),
     )

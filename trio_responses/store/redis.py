@@ -36,6 +36,16 @@ Key layout (``PREFIX`` is ``trio-responses:``)::
     PREFIX retained         zset    id of each finished log, scored by its finish time
     PREFIX retained:bytes   hash    finished log id → its bytes (logmeta's, when it finished)
     PREFIX retained:total   string  the sum of retained:bytes
+    PREFIX item:{item id}   set     "r:{response id}", "c:{conversation id}": the finished
+                                    records and conversations holding the item (a hint:
+                                    readers check the source); PX store_ttl_s
+    PREFIX conversation:{id}        hash owner ("" without), object (JSON), bytes,
+                                    holder, lock_until (ms): PX store_ttl_s after last use
+    PREFIX conversation:{id}:ids    list its item ids in order (same TTL)
+    PREFIX conversation:{id}:items  hash item id → item JSON (same TTL)
+    PREFIX conversations[:OWNER]    zset conversation ids by last use: one per tenant
+    PREFIX conversations:bytes      hash conversation id → its bytes
+    PREFIX conversations:total[:OWNER] string the sum of that index's bytes
 
 Finish times are the server's clock (``TIME``, microseconds), so every replica
 orders them alike.
@@ -99,8 +109,10 @@ from ..protocol.builder import terminal_frame
 from ..protocol.sse import is_terminal_frame, split_frames
 from .base import (
     CancelHandler,
+    ConversationFull,
     LogStatistics,
     State,
+    StoredConversation,
     StoredResponse,
     StoreError,
     StoreLimits,
@@ -118,6 +130,9 @@ _STORED_BYTES = PREFIX + "stored:bytes"
 _STORED_TOTAL = PREFIX + "stored:total"
 _STORED_OWNERS = PREFIX + "stored:owners"
 _RETAINED = PREFIX + "retained"
+_CONVERSATIONS_INDEX = PREFIX + "conversations"
+_CONVERSATIONS_TOTAL = PREFIX + "conversations:total"
+_CONVERSATIONS_BYTES = PREFIX + "conversations:bytes"
 _RETAINED_BYTES = PREFIX + "retained:bytes"
 _RETAINED_TOTAL = PREFIX + "retained:total"
 _RETAINED_KEYS = (_RETAINED, _RETAINED_BYTES, _RETAINED_TOTAL)
@@ -151,6 +166,10 @@ _REBUILDS = 5
 
 def _record_key(response_id: str) -> str:
     return f"{PREFIX}response:{response_id}"
+
+
+def _conversation_key(conversation_id: str) -> str:
+    return f"{PREFIX}conversation:{conversation_id}"
 
 
 def _lease_key(replica: str) -> str:
@@ -653,6 +672,172 @@ return reply
 """
 )
 
+_INDEX_ITEMS = """
+-- KEYS: none. ARGV: source ("r:" response id or "c:" conversation id), ttl_ms, prefix,
+-- then item ids. Each item's set of sources; a source whose record is gone is
+-- skipped by the reader (the set lives no longer than its newest source's TTL).
+for i = 4, #ARGV do
+  local key = ARGV[3] .. 'item:' .. ARGV[i]
+  redis.call('SADD', key, ARGV[1])
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1
+"""
+
+_CONVERSATIONS = (
+    _RECORDS
+    + """
+-- One conversation and its tenant's index: c = {meta, ids, items, index, total, sizes,
+-- id, owner, ttl_ms, max, max_bytes, prefix}, from KEYS[1..6] and ARGV[1..6].
+local function conv()
+  return {meta = KEYS[1], ids = KEYS[2], items = KEYS[3], index = KEYS[4], total = KEYS[5],
+          sizes = KEYS[6], id = ARGV[1], owner = ARGV[2], ttl_ms = tonumber(ARGV[3]),
+          max = tonumber(ARGV[4]), max_bytes = tonumber(ARGV[5]), prefix = ARGV[6]}
+end
+
+local function mine(c)  -- the conversation exists and is the caller's
+  local owner = redis.call('HGET', c.meta, 'owner')
+  return owner and owner == c.owner
+end
+
+-- The conversation was used: refresh its TTLs and its place in the index, forget the
+-- members the TTL removed, evict the least recently used beyond the bounds (never it).
+local function used(c)
+  local now = now_us()
+  forget_stale(c.index, c.total, c.sizes, int(now - c.ttl_ms * 1000))
+  local size = tonumber(redis.call('HGET', c.meta, 'bytes') or '0')
+  local before = tonumber(redis.call('HGET', c.sizes, c.id) or '0')
+  redis.call('ZADD', c.index, int(now), c.id)
+  redis.call('HSET', c.sizes, c.id, int(size))
+  local sum = tonumber(redis.call('INCRBY', c.total, int(size - before)))
+  for _, key in ipairs({c.meta, c.ids, c.items}) do
+    redis.call('PEXPIRE', key, int(c.ttl_ms))
+  end
+  local count = redis.call('ZCARD', c.index)
+  while count > c.max or (count > 1 and sum > c.max_bytes) do
+    local oldest = redis.call('ZRANGE', c.index, 0, 0)[1]
+    if oldest == c.id then break end
+    redis.call('ZREM', c.index, oldest)
+    sum = sum - tonumber(redis.call('HGET', c.sizes, oldest) or '0')
+    redis.call('HDEL', c.sizes, oldest)
+    local key = c.prefix .. 'conversation:' .. oldest
+    redis.call('DEL', key, key .. ':ids', key .. ':items')
+    count = count - 1
+  end
+  if sum < 0 then sum = 0 end
+  redis.call('SET', c.total, int(sum))
+end
+
+-- Append items (ARGV[from..]: id, json pairs) not held yet; returns their ids.
+local function add(c, from)
+  local added = {}
+  for i = from, #ARGV, 2 do
+    if redis.call('HSETNX', c.items, ARGV[i], ARGV[i + 1]) == 1 then
+      redis.call('RPUSH', c.ids, ARGV[i])
+      redis.call('HINCRBY', c.meta, 'bytes', #ARGV[i + 1])
+      local key = c.prefix .. 'item:' .. ARGV[i]
+      redis.call('SADD', key, 'c:' .. c.id)
+      redis.call('PEXPIRE', key, int(c.ttl_ms))
+      added[#added + 1] = ARGV[i]
+    end
+  end
+  return added
+end
+"""
+)
+
+_CONVERSATION_CREATE = (
+    _CONVERSATIONS
+    + """
+-- ARGV[7]: the conversation object (JSON); ARGV[8..]: items (id, json pairs)
+local c = conv()
+redis.call('DEL', c.meta, c.ids, c.items)
+redis.call('HSET', c.meta, 'owner', c.owner, 'object', ARGV[7], 'bytes', int(#ARGV[7]))
+add(c, 8)
+used(c)
+return 1
+"""
+)
+
+_CONVERSATION_USE = (
+    _CONVERSATIONS
+    + """
+-- ARGV[7]: what ('get', 'items', 'item', 'update', 'add', 'delete_item', 'lock'), then
+-- its arguments. Returns false for an unknown conversation (or someone else's).
+local c = conv()
+if not mine(c) then return false end
+local what = ARGV[7]
+local reply = 1
+if what == 'get' then
+  reply = redis.call('HGET', c.meta, 'object')
+elseif what == 'items' then
+  local ids = redis.call('LRANGE', c.ids, 0, -1)
+  reply = {}
+  if #ids > 0 then reply = redis.call('HMGET', c.items, unpack(ids)) end
+elseif what == 'item' then
+  reply = redis.call('HGET', c.items, ARGV[8]) or ''
+elseif what == 'update' then  -- ARGV[8]: the new object
+  local old = redis.call('HGET', c.meta, 'object')
+  redis.call('HSET', c.meta, 'object', ARGV[8])
+  redis.call('HINCRBY', c.meta, 'bytes', #ARGV[8] - #old)
+elseif what == 'add' then  -- ARGV[8]: most items ('' none), ARGV[9..]: id, json pairs
+  if ARGV[8] ~= '' then
+    local new = 0
+    for i = 9, #ARGV, 2 do
+      if redis.call('HEXISTS', c.items, ARGV[i]) == 0 then new = new + 1 end
+    end
+    local held = redis.call('LLEN', c.ids)
+    if held + new > tonumber(ARGV[8]) then return {-1, held} end
+  end
+  reply = add(c, 9)
+  table.insert(reply, 1, 1)
+elseif what == 'delete_item' then
+  local item = redis.call('HGET', c.items, ARGV[8])
+  if not item then
+    reply = 0
+  else
+    redis.call('HDEL', c.items, ARGV[8])
+    redis.call('LREM', c.ids, 0, ARGV[8])
+    redis.call('HINCRBY', c.meta, 'bytes', -#item)
+  end
+elseif what == 'lock' then  -- ARGV[8]: holder, ARGV[9]: lease in ms
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local holder = redis.call('HGET', c.meta, 'holder')
+  local until_ms = tonumber(redis.call('HGET', c.meta, 'lock_until') or '0')
+  if holder and holder ~= ARGV[8] and until_ms > now then
+    reply = 0
+  else
+    redis.call('HSET', c.meta, 'holder', ARGV[8], 'lock_until', int(now + tonumber(ARGV[9])))
+  end
+end
+used(c)
+return reply
+"""
+)
+
+_CONVERSATION_DELETE = (
+    _CONVERSATIONS
+    + """
+local c = conv()
+if not mine(c) then return 0 end
+redis.call('DEL', c.meta, c.ids, c.items)
+if redis.call('ZREM', c.index, c.id) == 1 then
+  redis.call('DECRBY', c.total, int(tonumber(redis.call('HGET', c.sizes, c.id) or '0')))
+  redis.call('HDEL', c.sizes, c.id)
+end
+return 1
+"""
+)
+
+_CONVERSATION_UNLOCK = """
+-- KEYS: meta. ARGV: holder
+if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'holder', 'lock_until')
+end
+return 1
+"""
+
 _REQUEST_CANCEL = """
 -- KEYS: lease, control. ARGV: response id, maxlen, ttl_ms
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -699,6 +884,11 @@ class _Redis:
         self.open = commands.register_script(_OPEN)
         self.read = commands.register_script(_READ)
         self.request_cancel = commands.register_script(_REQUEST_CANCEL)
+        self.index_items = commands.register_script(_INDEX_ITEMS)
+        self.conversation_create = commands.register_script(_CONVERSATION_CREATE)
+        self.conversation_use = commands.register_script(_CONVERSATION_USE)
+        self.conversation_delete = commands.register_script(_CONVERSATION_DELETE)
+        self.conversation_unlock = commands.register_script(_CONVERSATION_UNLOCK)
 
     async def call(
         self, script: Script[bytes], *, keys: Sequence[str], args: Sequence[str | bytes | int]
@@ -805,6 +995,16 @@ class RedisStore:
                 *bounds,
             ],
         )
+        if not record.running and (item_ids := sorted(record.item_ids)):
+            await self._redis.run(
+                self._redis.index_items,
+                keys=[],
+                args=[f"r:{record.id}", self._ttl_ms, PREFIX, *item_ids],
+            )
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        """The item, from the newest finished record of ``owner`` the item index names."""
+        return await _find_item(self._redis, item_id, owner, responses=self)
 
     async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
         raw = await _io(self._redis.commands.get(_record_key(response_id)))
@@ -907,6 +1107,161 @@ class RedisStore:
             # dead is still writing, or a retried append landed): read it again.
         logger.warning("%s: its log keeps changing; left for a later recovery", response_id)
         return None
+
+
+async def _find_item(
+    redis: _Redis,
+    item_id: str,
+    owner: str | None,
+    *,
+    responses: RedisStore | None = None,
+    conversations: RedisConversations | None = None,
+) -> dict[str, Any] | None:
+    """An item of ``owner`` with ``item_id``: from the sources its index set names (of
+    the kind asked for), checked against the records as they are now."""
+    sources = sorted(
+        (_text(raw) for raw in await _io(redis.commands.smembers(f"{PREFIX}item:{item_id}"))),
+        reverse=True,
+    )
+    for source in sources:
+        kind, _, source_id = source.partition(":")
+        if kind == "r" and responses is not None:
+            record = await responses.get(source_id, owner=owner)
+            if record is not None and not record.running and (item := record.item(item_id)):
+                return item
+        elif kind == "c" and conversations is not None:
+            found = await conversations.get_item(source_id, item_id, owner=owner)
+            if found is not None:
+                return found
+    return None
+
+
+@final
+class RedisConversations:
+    """Implements `ConversationStore` on Redis keys (see the module docstring)."""
+
+    def __init__(self, redis: _Redis) -> None:
+        self._redis = redis
+        self._ttl_ms = _ms(redis.config.store_ttl_s)
+        self._limits = StoreLimits.of(redis.config)
+
+    def _keys_args(
+        self, conversation_id: str, owner: str | None
+    ) -> tuple[list[str], list[str | bytes | int]]:
+        tenant = self._limits.tenant(owner)
+        suffix = "" if tenant is None else f":{tenant}"
+        key = _conversation_key(conversation_id)
+        keys = [
+            key,
+            key + ":ids",
+            key + ":items",
+            _CONVERSATIONS_INDEX + suffix,
+            _CONVERSATIONS_TOTAL + suffix,
+            _CONVERSATIONS_BYTES,
+        ]
+        args: list[str | bytes | int] = [
+            conversation_id,
+            owner or "",
+            self._ttl_ms,
+            self._limits.share_responses,
+            self._limits.share_bytes,
+            PREFIX,
+        ]
+        return keys, args
+
+    async def _use(self, conversation_id: str, owner: str | None, *what: str | bytes | int) -> Any:
+        keys, args = self._keys_args(conversation_id, owner)
+        return await self._redis.call(self._redis.conversation_use, keys=keys, args=[*args, *what])
+
+    async def create(
+        self, conversation: StoredConversation, items: Sequence[dict[str, Any]]
+    ) -> None:
+        keys, args = self._keys_args(conversation.id, conversation.owner)
+        pairs = [value for item in items for value in (item["id"], encoded(item))]
+        await self._redis.call(
+            self._redis.conversation_create,
+            keys=keys,
+            args=[*args, encoded(conversation.conversation), *pairs],
+        )
+
+    async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
+        raw = await self._use(conversation_id, owner, "get")
+        return None if raw is None else StoredConversation(json.loads(raw), owner)
+
+    async def update(
+        self, conversation_id: str, metadata: dict[str, str], *, owner: str | None
+    ) -> StoredConversation | None:
+        current = await self.get(conversation_id, owner=owner)
+        if current is None:
+            return None
+        conversation = {**current.conversation, "metadata": metadata}
+        done = await self._use(conversation_id, owner, "update", encoded(conversation))
+        return None if done is None else StoredConversation(conversation, owner)
+
+    async def delete(self, conversation_id: str, *, owner: str | None) -> bool:
+        keys, args = self._keys_args(conversation_id, owner)
+        deleted = await self._redis.call(self._redis.conversation_delete, keys=keys, args=args)
+        return bool(deleted)
+
+    async def items(
+        self, conversation_id: str, *, owner: str | None
+    ) -> list[dict[str, Any]] | None:
+        raw = await self._use(conversation_id, owner, "items")
+        if raw is None:
+            return None
+        return await trio.to_thread.run_sync(
+            lambda: [json.loads(item) for item in raw if item is not None]
+        )
+
+    async def add_items(
+        self,
+        conversation_id: str,
+        items: Sequence[dict[str, Any]],
+        *,
+        owner: str | None,
+        max_items: int | None = None,
+    ) -> list[dict[str, Any]] | None:
+        pairs = [value for item in items for value in (item["id"], encoded(item))]
+        most = "" if max_items is None else str(max_items)
+        reply = await self._use(conversation_id, owner, "add", most, *pairs)
+        if reply is None:
+            return None
+        if int(reply[0]) == -1:
+            raise ConversationFull(int(reply[1]))
+        added = {_text(raw) for raw in reply[1:]}
+        return [item for item in items if item["id"] in added]
+
+    async def get_item(
+        self, conversation_id: str, item_id: str, *, owner: str | None
+    ) -> dict[str, Any] | None:
+        raw = await self._use(conversation_id, owner, "item", item_id)
+        if not raw:
+            return None
+        item: dict[str, Any] = json.loads(raw)
+        return item
+
+    async def delete_item(self, conversation_id: str, item_id: str, *, owner: str | None) -> bool:
+        return bool(await self._use(conversation_id, owner, "delete_item", item_id))
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        return await _find_item(self._redis, item_id, owner, conversations=self)
+
+    async def lock(
+        self, conversation_id: str, holder: str, *, owner: str | None, lease_s: float
+    ) -> bool | None:
+        reply = await self._use(conversation_id, owner, "lock", holder, _ms(lease_s))
+        return None if reply is None else bool(reply)
+
+    async def unlock(self, conversation_id: str, holder: str) -> None:
+        await self._redis.call(
+            self._redis.conversation_unlock,
+            keys=[_conversation_key(conversation_id)],
+            args=[holder],
+        )
+
+    async def expire(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return 0  # the keys' TTLs expire them; the indexes forget them when next used
 
 
 @final
@@ -1334,6 +1689,7 @@ async def open_redis_state(url: str, config: Config) -> AsyncIterator[State]:
                 store=RedisStore(redis),
                 logs=RedisEventLogs(redis),
                 control=RedisControl(redis),
+                conversations=RedisConversations(redis),
             )
         finally:
             # Closed with no exception passed in: the pools' task groups would wrap

@@ -5,6 +5,8 @@ This module owns the file's schema and everything written to it:
 - `SqliteStore`: response records (owner-scoped), finished ones bounded by
   count and bytes per tenant (`StoreLimits`) and by time to live; running ones
   kept until they finish.
+- `SqliteConversations`: conversations and their items (owner-scoped), bounded
+  per tenant like finished records, with a time to live after their last use.
 - `SqliteEventLogs`: the event logs of background responses, written batch by
   batch while the job runs (``live``), kept after the job ends within the
   retention limits, and replayed from any retained cursor, also after a restart.
@@ -21,6 +23,9 @@ Schema (``PRAGMA user_version`` = `SCHEMA_VERSION`; older files are migrated)::
               updated_at, expires_at NULL while running, bytes = `record_bytes`)
     logs(id PK, owner, next_seq, oldest_seq, bytes, complete, finished_at)
     log_batches(id, first_seq, last_seq, bytes, frames, UNIQUE(id, last_seq))
+    response_items(item_id, response_id)  kept by triggers on responses (v3)
+    conversations(id PK, owner, conversation JSON, expires_at, bytes, holder, lock_until)
+    conversation_items(seq PK, conversation_id, id, item JSON, bytes)  (v3)
 
 A batch is the frames of one `SqliteEventLogs.append` call, concatenated: each
 SSE frame ends with ``\\n\\n`` and holds no other, so the batch splits back.
@@ -38,7 +43,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import TypeVar, final
+from typing import Any, TypeVar, final
 
 import trio
 
@@ -49,8 +54,10 @@ from ..protocol.builder import terminal_frame
 from ..protocol.sse import is_terminal_frame, split_frames
 from .base import (
     RUNNING_STATUSES,
+    ConversationFull,
     LogStatistics,
     State,
+    StoredConversation,
     StoredResponse,
     StoreError,
     StoreLimits,
@@ -60,9 +67,29 @@ from .memory import LocalControl
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-_SCHEMA = """
+_ITEM_INDEX = """
+CREATE TABLE IF NOT EXISTS response_items (
+    item_id     TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    PRIMARY KEY (item_id, response_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS response_items_response ON response_items (response_id);
+"""
+"""Item id -> the finished records holding it (`SqliteStore.find_item`); the
+triggers in `_SCHEMA` keep it as records are written and deleted."""
+
+_INDEX_ITEMS_OF = """
+INSERT OR IGNORE INTO response_items
+    SELECT json_extract(value, '$.id'), {row}.id FROM json_each({row}.input_items)
+        WHERE json_extract(value, '$.id') IS NOT NULL
+    UNION SELECT json_extract(value, '$.id'), {row}.id FROM json_each({row}.response, '$.output')
+        WHERE json_extract(value, '$.id') IS NOT NULL
+"""
+
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS responses (
     id          TEXT PRIMARY KEY,
     owner       TEXT,
@@ -101,12 +128,57 @@ CREATE TABLE IF NOT EXISTS log_batches (
     UNIQUE (id, last_seq)
 );
 """
+    + _ITEM_INDEX
+    + """
+-- A REPLACE deletes without firing delete triggers: the insert trigger starts afresh.
+CREATE TRIGGER IF NOT EXISTS responses_index_items AFTER INSERT ON responses
+WHEN NEW.expires_at IS NOT NULL BEGIN
+    DELETE FROM response_items WHERE response_id = NEW.id;
+"""
+    + _INDEX_ITEMS_OF.format(row="NEW")
+    + """;
+END;
+CREATE TRIGGER IF NOT EXISTS responses_unindex_items AFTER DELETE ON responses BEGIN
+    DELETE FROM response_items WHERE response_id = OLD.id;
+END;
+
+CREATE TABLE IF NOT EXISTS conversations (
+    id           TEXT PRIMARY KEY,
+    owner        TEXT,
+    conversation TEXT NOT NULL,
+    expires_at   REAL NOT NULL,
+    bytes        INTEGER NOT NULL,
+    holder       TEXT,
+    lock_until   REAL
+);
+CREATE INDEX IF NOT EXISTS conversations_owner ON conversations (owner, expires_at);
+CREATE INDEX IF NOT EXISTS conversations_expiry ON conversations (expires_at);
+
+CREATE TABLE IF NOT EXISTS conversation_items (
+    seq             INTEGER PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    id              TEXT NOT NULL,
+    item            TEXT NOT NULL,
+    bytes           INTEGER NOT NULL,
+    UNIQUE (conversation_id, id)
+);
+CREATE INDEX IF NOT EXISTS conversation_items_id ON conversation_items (id);
+CREATE TRIGGER IF NOT EXISTS conversations_drop_items AFTER DELETE ON conversations BEGIN
+    DELETE FROM conversation_items WHERE conversation_id = OLD.id;
+END;
+"""
+)
 
 _MIGRATIONS = {
     1: """
 ALTER TABLE responses ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
 UPDATE responses SET bytes = length(CAST(response AS BLOB)) + length(CAST(input_items AS BLOB));
 """,
+    2: _ITEM_INDEX
+    + _INDEX_ITEMS_OF.format(row="responses")
+    .replace("FROM json_each", "FROM responses, json_each")
+    .replace("WHERE json_extract", "WHERE responses.expires_at IS NOT NULL AND json_extract")
+    + ";",
 }
 """The statements that bring a file of schema version N to N + 1."""
 
@@ -383,6 +455,292 @@ class SqliteStore:
         if records:
             logger.info("marked %d interrupted responses failed (server_restarted)", len(records))
         return records
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        def work() -> dict[str, Any] | None:
+            rows = self._db.connection.execute(
+                "SELECT responses.response, responses.input_items FROM response_items"
+                " JOIN responses ON responses.id = response_items.response_id"
+                " WHERE response_items.item_id = ? AND responses.owner IS ?"
+                " AND responses.expires_at > ? ORDER BY responses.rowid DESC LIMIT 1",
+                (item_id, owner, self._clock()),
+            ).fetchall()
+            for response, input_items in rows:
+                record = StoredResponse(json.loads(response), json.loads(input_items), owner)
+                return record.item(item_id)
+            return None
+
+        return await self._db.run(work)
+
+
+@final
+class SqliteConversations:
+    """Implements `ConversationStore` in the ``conversations`` and
+    ``conversation_items`` tables."""
+
+    def __init__(
+        self,
+        db: _Database,
+        *,
+        limits: StoreLimits,
+        ttl_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._limits = limits
+        self._ttl = ttl_s
+        self._clock = clock
+
+    def _live(self, db: sqlite3.Connection, conversation_id: str, owner: str | None) -> bool:
+        """Whether the conversation is ``owner``'s and unexpired; if so, marks it used
+        (inside the caller's transaction)."""
+        now = self._clock()
+        row = db.execute(
+            "UPDATE conversations SET expires_at = ? WHERE id = ? AND owner IS ?"
+            " AND expires_at > ? RETURNING id",
+            (now + self._ttl, conversation_id, owner, now),
+        ).fetchone()
+        return row is not None
+
+    def _evict(self, db: sqlite3.Connection, conversation_id: str, owner: str | None) -> None:
+        """Drop the tenant's least recently used conversations beyond its share (not
+        ``conversation_id``)."""
+        if self._limits.per_owner:
+            rows = db.execute(
+                "SELECT id, bytes FROM conversations WHERE owner IS ?"
+                " ORDER BY expires_at DESC, rowid DESC",
+                (owner,),
+            ).fetchall()
+        else:
+            rows = db.execute(
+                "SELECT id, bytes FROM conversations ORDER BY expires_at DESC, rowid DESC"
+            ).fetchall()
+        count, size = len(rows), sum(row[1] for row in rows)
+        dropped: list[tuple[str]] = []
+        for key, row_bytes in reversed(rows):
+            if not self._limits.over(count, size) or key == conversation_id:
+                break
+            dropped.append((key,))
+            count -= 1
+            size -= row_bytes
+        db.executemany("DELETE FROM conversations WHERE id = ?", dropped)
+
+    @staticmethod
+    def _add(
+        db: sqlite3.Connection, conversation_id: str, items: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        added = []
+        for item in items:
+            text = encoded(item)
+            size = len(text.encode())
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO conversation_items (conversation_id, id, item, bytes)"
+                " VALUES (?, ?, ?, ?) RETURNING bytes",
+                (conversation_id, item["id"], text, size),
+            ).fetchone()
+            if inserted is not None:
+                db.execute(
+                    "UPDATE conversations SET bytes = bytes + ? WHERE id = ?",
+                    (size, conversation_id),
+                )
+                added.append(item)
+        return added
+
+    async def create(
+        self, conversation: StoredConversation, items: Sequence[dict[str, Any]]
+    ) -> None:
+        text = encoded(conversation.conversation)
+
+        def work() -> None:
+            with self._db.transaction() as db:
+                db.execute(
+                    "INSERT INTO conversations (id, owner, conversation, expires_at, bytes)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (
+                        conversation.id,
+                        conversation.owner,
+                        text,
+                        self._clock() + self._ttl,
+                        len(text.encode()),
+                    ),
+                )
+                self._add(db, conversation.id, items)
+                self._evict(db, conversation.id, conversation.owner)
+
+        await self._db.run(work)
+
+    async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
+        def work() -> StoredConversation | None:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return None
+                (text,) = db.execute(
+                    "SELECT conversation FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+            return StoredConversation(json.loads(text), owner)
+
+        return await self._db.run(work)
+
+    async def update(
+        self, conversation_id: str, metadata: dict[str, str], *, owner: str | None
+    ) -> StoredConversation | None:
+        def work() -> StoredConversation | None:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return None
+                (text,) = db.execute(
+                    "SELECT conversation FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+                conversation = {**json.loads(text), "metadata": metadata}
+                new = encoded(conversation)
+                db.execute(
+                    "UPDATE conversations SET conversation = ?, bytes = bytes + ? WHERE id = ?",
+                    (new, len(new.encode()) - len(text.encode()), conversation_id),
+                )
+                self._evict(db, conversation_id, owner)
+            return StoredConversation(conversation, owner)
+
+        return await self._db.run(work)
+
+    async def delete(self, conversation_id: str, *, owner: str | None) -> bool:
+        def work() -> bool:
+            with self._db.transaction() as db:
+                row = db.execute(
+                    "DELETE FROM conversations WHERE id = ? AND owner IS ? RETURNING expires_at",
+                    (conversation_id, owner),
+                ).fetchone()
+            return row is not None and row[0] > self._clock()
+
+        return await self._db.run(work)
+
+    async def items(
+        self, conversation_id: str, *, owner: str | None
+    ) -> list[dict[str, Any]] | None:
+        def work() -> list[dict[str, Any]] | None:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return None
+                rows = db.execute(
+                    "SELECT item FROM conversation_items WHERE conversation_id = ? ORDER BY seq",
+                    (conversation_id,),
+                ).fetchall()
+            return [json.loads(row[0]) for row in rows]
+
+        return await self._db.run(work)
+
+    async def add_items(
+        self,
+        conversation_id: str,
+        items: Sequence[dict[str, Any]],
+        *,
+        owner: str | None,
+        max_items: int | None = None,
+    ) -> list[dict[str, Any]] | None:
+        def work() -> list[dict[str, Any]] | None:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return None
+                if max_items is not None:
+                    ids = {item["id"] for item in items}
+                    held, present = db.execute(
+                        "SELECT count(*), count(*) FILTER (WHERE id IN (SELECT value FROM"
+                        " json_each(?))) FROM conversation_items WHERE conversation_id = ?",
+                        (json.dumps(sorted(ids)), conversation_id),
+                    ).fetchone()
+                    if held + len(ids) - present > max_items:
+                        raise ConversationFull(held)
+                added = self._add(db, conversation_id, items)
+                self._evict(db, conversation_id, owner)
+            return added
+
+        return await self._db.run(work)
+
+    async def get_item(
+        self, conversation_id: str, item_id: str, *, owner: str | None
+    ) -> dict[str, Any] | None:
+        def work() -> dict[str, Any] | None:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return None
+                row = db.execute(
+                    "SELECT item FROM conversation_items WHERE conversation_id = ? AND id = ?",
+                    (conversation_id, item_id),
+                ).fetchone()
+            return None if row is None else json.loads(row[0])
+
+        return await self._db.run(work)
+
+    async def delete_item(self, conversation_id: str, item_id: str, *, owner: str | None) -> bool:
+        def work() -> bool:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return False
+                row = db.execute(
+                    "DELETE FROM conversation_items WHERE conversation_id = ? AND id = ?"
+                    " RETURNING bytes",
+                    (conversation_id, item_id),
+                ).fetchone()
+                if row is None:
+                    return False
+                db.execute(
+                    "UPDATE conversations SET bytes = bytes - ? WHERE id = ?",
+                    (row[0], conversation_id),
+                )
+            return True
+
+        return await self._db.run(work)
+
+    async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
+        def work() -> dict[str, Any] | None:
+            row = self._db.connection.execute(
+                "SELECT conversation_items.item FROM conversation_items"
+                " JOIN conversations ON conversations.id = conversation_items.conversation_id"
+                " WHERE conversation_items.id = ? AND conversations.owner IS ?"
+                " AND conversations.expires_at > ? ORDER BY conversation_items.seq DESC LIMIT 1",
+                (item_id, owner, self._clock()),
+            ).fetchone()
+            return None if row is None else json.loads(row[0])
+
+        return await self._db.run(work)
+
+    async def lock(
+        self, conversation_id: str, holder: str, *, owner: str | None, lease_s: float
+    ) -> bool | None:
+        def work() -> bool | None:
+            with self._db.transaction() as db:
+                if not self._live(db, conversation_id, owner):
+                    return None
+                now = self._clock()
+                row = db.execute(
+                    "UPDATE conversations SET holder = ?, lock_until = ? WHERE id = ?"
+                    " AND (holder IS NULL OR holder = ? OR lock_until <= ?) RETURNING id",
+                    (holder, now + lease_s, conversation_id, holder, now),
+                ).fetchone()
+            return row is not None
+
+        return await self._db.run(work)
+
+    async def unlock(self, conversation_id: str, holder: str) -> None:
+        def work() -> None:
+            with self._db.transaction() as db:
+                db.execute(
+                    "UPDATE conversations SET holder = NULL, lock_until = NULL"
+                    " WHERE id = ? AND holder = ?",
+                    (conversation_id, holder),
+                )
+
+        await self._db.run(work)
+
+    async def expire(self) -> int:
+        def work() -> int:
+            with self._db.transaction() as db:
+                rows = db.execute(
+                    "DELETE FROM conversations WHERE expires_at <= ? RETURNING id",
+                    (self._clock(),),
+                ).fetchall()
+            return len(rows)
+
+        return await self._db.run(work)
 
 
 @final
@@ -844,7 +1202,12 @@ async def open_sqlite_state(
             logs.seal_orphans()
 
         await db.run(load)
-        yield State(kind="sqlite", store=store, logs=logs, control=control)
+        conversations = SqliteConversations(
+            db, limits=StoreLimits.of(config), ttl_s=config.store_ttl_s, clock=clock
+        )
+        yield State(
+            kind="sqlite", store=store, logs=logs, control=control, conversations=conversations
+        )
     finally:
         with trio.move_on_after(config.cleanup_timeout_s, shield=True) as scope:
             try:
