@@ -5,7 +5,9 @@ from __future__ import annotations
 import secrets
 from typing import Literal
 
-IdPrefix = Literal["resp", "msg", "rs", "fc", "fco", "call", "ci", "ws", "mcp", "mcpl", "mcpr"]
+IdPrefix = Literal[
+    "resp", "msg", "rs", "fc", "fco", "call", "ci", "ws", "mcp", "mcpl", "mcpr", "cmp", "conv"
+]
 
 
 def new_id(prefix: IdPrefix) -> str:
