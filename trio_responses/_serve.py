@@ -72,6 +72,8 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     # Hypercorn listens with a backlog of 100: a burst of new connections beyond it
     # waits for SYN retransmits (1 s, 3 s, 7 s...). Allow bursts of SSE readers.
     hconfig.backlog = 2048
+    # A WebSocket message (a ``response.create`` event) may be as large as a request body.
+    hconfig.websocket_max_message_size = config.max_body_bytes
     return hconfig
 
 
