@@ -56,7 +56,19 @@ def test_public_names_are_reexported_explicitly() -> None:
     for name in exported:
         assert getattr(trio_responses, name) is not None
     public = {name for name in dir(trio_responses) if not name.startswith("_")}
-    modules = {"protocol", "harmony", "engine", "background", "store", "api", "tools", "cli"}
+    modules = {
+        "protocol",
+        "harmony",
+        "engine",
+        "background",
+        "store",
+        "api",
+        "tools",
+        "cli",
+        "dashboard",
+        "metrics",
+        "sealing",
+    }
     assert public - modules - {"annotations", "TYPE_CHECKING", "Any"} == exported
 
 

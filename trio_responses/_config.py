@@ -23,6 +23,8 @@ SCRIPTED_MODEL_NAME = "gpt-oss-scripted"
 StoreKind = Literal["memory", "sqlite", "redis"]
 
 PythonSandbox = Literal["auto", "bwrap", "none"]
+
+LogFormat = Literal["text", "json"]
 _STORE_SCHEMES: dict[str, StoreKind] = {
     "memory": "memory",
     "sqlite": "sqlite",
@@ -107,6 +109,9 @@ class Config:
     """TCP port; ``0`` picks a free one (the bound URL is reported at start)."""
     log_level: str = "info"
     """Python logging level name for the ``trio_responses`` loggers."""
+    log_format: LogFormat = "text"
+    """``text`` (one human-readable line per record) or ``json`` (one JSON object per
+    line: time, level, logger, message, request_id, response_id and structured fields)."""
 
     # -- model and engine -----------------------------------------------------
     engine: EngineName = "scripted"
@@ -160,8 +165,11 @@ class Config:
     api_keys: tuple[str, ...] = ()
     """When non-empty, every ``/v1`` route needs ``Authorization: Bearer KEY``."""
     admin_keys: tuple[str, ...] = ()
-    """Keys that may read ``/health`` statistics when ``api_keys`` are set (without
-    one, ``/health`` answers liveness only)."""
+    """Keys that may read ``/health`` statistics and ``/metrics`` when ``api_keys`` are
+    set (without one, ``/health`` answers liveness only and ``/metrics`` is refused)."""
+    dashboard: bool = False
+    """Serve the live operator page at ``/dashboard`` (every owner's responses running
+    here, and a cancel button). With ``api_keys``, its data needs an admin key."""
     max_active_jobs_per_key: int | None = None
     """With ``api_keys``: most responses one key may have generating at once
     (unset: only ``max_active_jobs`` applies); beyond it they queue."""
@@ -274,6 +282,8 @@ class Config:
             value = getattr(self, name)
             if value is not None and value < least:
                 raise ValueError(f"{name} must be >= {least}")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format must be 'text' or 'json', not {self.log_format!r}")
         if self.python_sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(
                 f"python_sandbox must be 'auto', 'bwrap' or 'none', not {self.python_sandbox!r}"
@@ -293,6 +303,11 @@ class Config:
                     f"CORS origin {origin!r}: use SCHEME://HOST[:PORT] (no path, no trailing "
                     "'/'), e.g. https://app.example, or * for any origin"
                 )
+        if self.dashboard and self.api_keys and not self.admin_keys:
+            raise ValueError(
+                "the dashboard needs an admin key when API keys are set: add --admin-key KEY "
+                "(the page asks for it)"
+            )
         store_kind(self.store_url)
         if self.encryption_key is not None:
             parse_key(self.encryption_key)

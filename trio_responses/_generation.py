@@ -5,7 +5,8 @@
 1. list the tools of MCP servers the conversation has not listed yet
    (``mcp_list_tools`` items), and run (or decline) the calls the user answered
    with ``mcp_approval_response``; then render the prompt with what they gave;
-2. generate a turn; the translator streams its items;
+2. generate a turn (steered by `harmony.steering` when `text.format` or
+   `tool_choice` asks: several engine requests); the translator streams its items;
 3. if the turn ended with a built-in or MCP tool call, run it, append the
    generated tokens and the tool's output to the prompt, and generate again
    (up to ``max_tool_calls``); a function call or an approval request ends the
@@ -20,16 +21,27 @@ decides what a cancellation means.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from functools import partial
 
 import trio
+from mcp_types import REQUEST_TIMEOUT
 
 from ._exceptions import EngineError, InvalidRequestError
 from ._offload import offload
-from .background.job import Job
-from .engine.base import Engine, GenerationRequest, SamplingSettings
-from .harmony.encoding import stop_tokens
+from .background.job import Job, no_tokens
+from .engine.base import (
+    ChoiceConstraint,
+    Engine,
+    GenerationRequest,
+    GenerationResult,
+    JsonConstraint,
+    OutputConstraint,
+    SamplingSettings,
+    TokenSink,
+)
+from .harmony.encoding import special_tokens, stop_tokens
 from .harmony.fit import render_request_prompt
 from .harmony.prompt import (
     DECLINED,
@@ -38,7 +50,21 @@ from .harmony.prompt import (
     render_tool_result,
     tool_description,
 )
+from .harmony.steering import (
+    ANY_OBJECT,
+    Constrain,
+    HeaderGate,
+    Interrupt,
+    Steering,
+    Target,
+    call_header,
+    choice_prefix,
+    chosen,
+    final_header,
+    steering_for,
+)
 from .harmony.translator import MalformedOutput, ToolCall, TurnTranslator
+from .metrics import Metrics, ResponseTimer, ToolKind, ToolOutcome
 from .protocol.request import InputItem, McpApprovalRequestItem, McpApprovalResponseItem
 from .tools.session import ToolError, ToolInfo
 from .tools.toolbox import Toolbox, tool_json
@@ -68,15 +94,29 @@ async def generate_response(
     plan: PromptPlan,
     *,
     max_model_len: int,
+    metrics: Metrics | None = None,
+    timer: ResponseTimer | None = None,
 ) -> None:
-    """Produce the job's output until it reaches a terminal state."""
+    """Produce the job's output until it reaches a terminal state.
+
+    ``metrics`` counts its tool calls; ``timer`` measures its first token and
+    the pace of the turn that produced it.
+    """
     # A job cancelled while it took its slot (a cancel-shielded step) stops here,
     # before emitting anything more.
     await trio.lowlevel.checkpoint_if_cancelled()
     builder = job.builder
     request = job.request
+    queued = builder.status == "queued"
     builder.mark_in_progress()
+    if queued:
+        logger.info(
+            "%s in_progress",
+            job.id,
+            extra={"response_status": "in_progress", "previous_status": "queued"},
+        )
     prompt = job.prompt_tokens
+    prompt_tools = plan.tools
     if plan.to_list or plan.approvals:
         namespaces = [*plan.tools.namespaces]
         for label in plan.to_list:
@@ -89,7 +129,7 @@ async def generate_response(
                 )
             )
         results = {
-            approval_request.id: await _answer(job, toolbox, response, approval_request)
+            approval_request.id: await _answer(job, toolbox, response, approval_request, metrics)
             for response, approval_request in plan.approvals
         }
         try:
@@ -102,7 +142,7 @@ async def generate_response(
                     plan.items,
                     date=plan.date,
                     max_model_len=max_model_len,
-                    tools=replace(plan.tools, namespaces=namespaces),
+                    tools=(prompt_tools := replace(plan.tools, namespaces=namespaces)),
                     approval_results=results,
                 ),
             )
@@ -112,6 +152,8 @@ async def generate_response(
     budget = request.max_output_tokens
     tool_calls = 0
     turn = 0
+    # tool_choice forces one call per response: approved MCP calls that ran count.
+    called = any(response.approve for response, _ in plan.approvals)
     while True:
         room = max_model_len - len(prompt)
         max_tokens = room if budget is None else min(budget, room)
@@ -119,8 +161,13 @@ async def generate_response(
             job.finish("incomplete", incomplete_reason="max_output_tokens")
             return
         translator = TurnTranslator(builder, toolbox.route)
+        job.turn_tokens = partial(getattr, translator, "output_tokens")
+        steering = steering_for(request, prompt_tools, forced=not called and tool_calls == 0)
         try:
-            result = await engine.generate(
+            result = await _generate_turn(
+                engine,
+                translator,
+                steering,
                 GenerationRequest(
                     request_id=f"{job.id}-{turn}",
                     prompt_token_ids=prompt,
@@ -133,7 +180,7 @@ async def generate_response(
                         stop_token_ids=stop_tokens(),
                     ),
                 ),
-                translator.feed,
+                translator.feed if timer is None else timer.watch(translator.feed),
             )
         except (EngineError, MalformedOutput) as error:
             _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
@@ -143,12 +190,17 @@ async def generate_response(
         _count(
             job, translator, prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens
         )
+        if timer is not None:
+            timer.turn_ended(translator.output_tokens)
         if budget is not None:
             budget -= translator.output_tokens
         outcome = translator.finish(result.finish_reason)
         call = outcome.call
         if outcome.kind == "tool_call" and call is not None:
             if call.kind in ("function", "mcp_approval"):
+                if metrics is not None:
+                    kind: ToolKind = "function" if call.kind == "function" else "mcp"
+                    metrics.tool_call(kind, "client" if kind == "function" else "approval", None)
                 job.finish("completed")  # the client acts next
                 return
             if request.max_tool_calls is not None and tool_calls >= request.max_tool_calls:
@@ -156,7 +208,7 @@ async def generate_response(
                 job.finish("incomplete", incomplete_reason="max_tool_calls")
                 return
             tool_calls += 1
-            output = await _run_tool(job, toolbox, call)
+            output = await _run_tool(job, toolbox, call, metrics=metrics)
             prompt = [*prompt, *translator.tokens, *_tool_result_tokens(call, output)]
             turn += 1
             continue
@@ -169,6 +221,102 @@ async def generate_response(
         else:
             job.finish("failed", error=_error("The model stopped before giving an answer."))
         return
+
+
+async def _generate_turn(
+    engine: Engine,
+    translator: TurnTranslator,
+    steering: Steering,
+    request: GenerationRequest,
+    sink: TokenSink,
+) -> GenerationResult:
+    """One turn: one engine request, or several when ``steering`` splits it.
+
+    A steered turn runs its requests one after another, each continuing the
+    prompt with the turn's tokens so far (see `harmony.steering`): free
+    generation up to a decided header, then the body under a constraint, with
+    prefilled headers fed to ``sink`` as if generated. The result counts the
+    turn's prompt once as input (cached tokens: the last request's hits, at
+    most the prompt); output is every token the translator was fed, prefills
+    included. The tokens of a tool choice (`_choose`) are not output: the
+    chosen call's header is.
+
+    Raises:
+        EngineError: an engine request failed.
+        MalformedOutput: the tokens break the harmony format.
+    """
+    if not steering.active:
+        return await engine.generate(request, sink)
+    prompt = list(request.prompt_token_ids)
+    message = special_tokens().message
+    constraint: OutputConstraint | None = None
+    phase = 0
+    while True:
+        done = translator.tokens
+        max_tokens = request.sampling.max_tokens - len(done)
+        if max_tokens <= 0:
+            return GenerationResult("length", len(prompt), 0, len(done))
+        gate = HeaderGate(steering, sink, in_header=not done or done[-1] != message)
+        step = replace(
+            request,
+            request_id=request.request_id if phase == 0 else f"{request.request_id}.{phase}",
+            prompt_token_ids=[*prompt, *done],
+            sampling=replace(request.sampling, max_tokens=max_tokens),
+            constraint=constraint,
+        )
+        phase += 1
+        try:
+            result = await engine.generate(step, gate.feed)
+        except Interrupt as interrupt:
+            decision = interrupt.decision
+            if isinstance(decision, Constrain):
+                constraint = JsonConstraint(decision.schema)
+                if decision.call:
+                    steering = steering.satisfied()
+                continue
+            first = not translator.tokens
+            if not decision.targets:
+                sink(final_header(first=first))
+                schema = decision.final_schema
+                constraint = JsonConstraint(schema) if schema is not None else None
+                continue
+            target = decision.targets[0]
+            if len(decision.targets) > 1:
+                target = await _choose(engine, step, decision.targets, first=first)
+                phase += 1
+            sink(call_header(target, first=first))
+            constraint = (
+                JsonConstraint(target.schema or ANY_OBJECT)
+                if target.content_type == "json"
+                else None
+            )
+            steering = steering.satisfied()
+            continue
+        gate.flush()
+        return GenerationResult(
+            result.finish_reason,
+            len(prompt),
+            min(result.cached_tokens, len(prompt)),
+            len(translator.tokens),
+        )
+
+
+async def _choose(
+    engine: Engine, step: GenerationRequest, targets: tuple[Target, ...], *, first: bool
+) -> Target:
+    """Let the model choose which of ``targets`` it calls (a choice-constrained request)."""
+    chosen_tokens: list[int] = []
+    await engine.generate(
+        replace(
+            step,
+            request_id=f"{step.request_id}.choice",
+            prompt_token_ids=[*step.prompt_token_ids, *choice_prefix(first=first)],
+            sampling=replace(step.sampling, max_tokens=min(step.sampling.max_tokens, 64)),
+            constraint=ChoiceConstraint(tuple(target.choice for target in targets)),
+        ),
+        chosen_tokens.extend,
+    )
+    return chosen(targets, chosen_tokens)
 
 
 async def _list_tools(job: Job, toolbox: Toolbox, label: str) -> list[ToolInfo]:
@@ -189,9 +337,12 @@ async def _answer(
     toolbox: Toolbox,
     response: McpApprovalResponseItem,
     approval_request: McpApprovalRequestItem,
+    metrics: Metrics | None,
 ) -> str:
     """Run an approved call as an ``mcp_call`` item, or report it declined."""
     if not response.approve:
+        if metrics is not None:
+            metrics.tool_call("mcp", "declined", None)
         return DECLINED
     builder = job.builder
     builder.open_mcp_call(approval_request.server_label, approval_request.name)
@@ -199,23 +350,50 @@ async def _answer(
     builder.end_tool_input()
     recipient = f"{approval_request.server_label}.{approval_request.name}"
     call = ToolCall("mcp", recipient, approval_request.arguments, builder.open_item_id)
-    return await _run_tool(job, toolbox, call, approval_request_id=approval_request.id)
+    return await _run_tool(
+        job, toolbox, call, approval_request_id=approval_request.id, metrics=metrics
+    )
+
+
+_TOOL_KINDS: dict[str, ToolKind] = {"python": "code_interpreter", "browser": "web_search"}
 
 
 async def _run_tool(
-    job: Job, toolbox: Toolbox, call: ToolCall, *, approval_request_id: str | None = None
+    job: Job,
+    toolbox: Toolbox,
+    call: ToolCall,
+    *,
+    approval_request_id: str | None = None,
+    metrics: Metrics | None = None,
 ) -> str:
     """Run the call, finish its item, and return the text the model reads next."""
     error: dict[str, object] | None = None
+    outcome: ToolOutcome = "ok"
+    started = time.perf_counter()
     try:
         result = await toolbox.call(call)
         text, ok = result.text, not result.is_error
+        if not ok:
+            outcome = "error"
     except ToolError as failure:
         text, ok = str(failure), False
+        outcome = "timeout" if failure.code == REQUEST_TIMEOUT else "failed"
         error = {"type": "mcp_protocol_error", "code": failure.code, "message": text}
+    kind = _TOOL_KINDS.get(call.kind, "mcp")
+    if metrics is not None:
+        metrics.tool_call(kind, outcome, time.perf_counter() - started)
     job.builder.finish_tool_call(text, ok=ok, error=error, approval_request_id=approval_request_id)
     if not ok:
-        logger.info("%s: tool call to %s failed: %s", job.id, call.recipient, text[:200])
+        # What the tool said may quote the conversation: only at debug level.
+        logger.info(
+            "%s: %s tool call to %s failed (%s)",
+            job.id,
+            kind,
+            call.recipient,
+            outcome,
+            extra={"tool_kind": kind, "outcome": outcome},
+        )
+        logger.debug("%s: the tool said: %s", job.id, text[:200])
     return text
 
 
@@ -230,6 +408,7 @@ def _count(job: Job, translator: TurnTranslator, *, prompt_tokens: int, cached_t
     usage.cached_tokens += cached_tokens
     usage.output_tokens += translator.output_tokens
     usage.reasoning_tokens += translator.reasoning_tokens
+    job.turn_tokens = no_tokens  # counted in usage now
 
 
 def _error(message: str) -> dict[str, str]:

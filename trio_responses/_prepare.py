@@ -10,6 +10,7 @@ service's business.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +40,12 @@ _ITEM_ID_PREFIX: dict[str, IdPrefix] = {
     "function_call_output": "fco",
     "reasoning": "rs",
     "mcp_approval_response": "mcpr",
+    "compaction": "cmp",
 }
 
-_NO_STATUS = frozenset({"mcp_list_tools", "mcp_approval_request", "mcp_approval_response"})
+_NO_STATUS = frozenset(
+    {"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "compaction"}
+)
 """Item types whose OpenAI schema has no ``status`` (so a listed item echoed back
 as input is accepted again)."""
 
@@ -55,6 +59,14 @@ class PreparedRequest:
     """This request's input items as stored and listed (each with an ``id``)."""
     plan: PromptPlan
     prompt_tokens: list[int]
+    seal_reasoning: Callable[[str], str] | None = None
+    """Seals a reasoning item's text as its ``encrypted_content`` (``include``
+    ``reasoning.encrypted_content``); set by the service, which knows the owner."""
+
+
+Unseal = Callable[[InputItem, str | None], InputItem]
+"""Opens an item's sealed content for the prompt: (item, ``input[i]`` or None for an
+item of the previous conversation) -> the item the model reads."""
 
 
 def check_request(request: CreateRequest, config: Config, pool: ToolServerPool) -> None:
@@ -84,6 +96,7 @@ def prepare(
     *,
     config: Config,
     date: str | None = None,
+    unseal: Unseal | None = None,
 ) -> PreparedRequest:
     """Plan and render the prompt of ``request`` after ``context`` (earlier turns).
 
@@ -91,7 +104,8 @@ def prepare(
 
     Raises:
         InvalidRequestError: too many items, an approval that answers nothing,
-            a conversation that cannot fit the context window.
+            a conversation that cannot fit the context window, sealed content
+            that does not open (``unseal``).
     """
     input_items = [stored_item(item) for item in request.input_items]
     if len(context) + len(input_items) > config.max_input_items:
@@ -100,11 +114,13 @@ def prepare(
             f"previous response's); this server accepts at most {config.max_input_items}.",
             param="input",
         )
-    plan = _plan(
-        request,
-        [parse_input_item(item) for item in (*context, *input_items)],
-        date or datetime.datetime.now(datetime.UTC).date().isoformat(),
-    )
+    items = [parse_input_item(item) for item in (*context, *input_items)]
+    if unseal is not None:  # the stored items keep what was sent; the prompt gets the text
+        items = [
+            unseal(item, None if index < len(context) else f"input[{index - len(context)}]")
+            for index, item in enumerate(items)
+        ]
+    plan = _plan(request, items, date or datetime.datetime.now(datetime.UTC).date().isoformat())
     prompt = render_request_prompt(
         request,
         plan.items,

@@ -24,26 +24,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
 from ._config import Config
 from ._exceptions import RequestTooLargeError, ServerBusyError, ShuttingDownError
 from ._generation import PromptPlan, generate_response
+from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
 from .background.event_log import EventLog
 from .background.job import Job
 from .background.recorder import Recorder
 from .background.subscription import LogSubscription, Subscription
 from .engine import Engine
+from .metrics import Metrics, ResponseTimer
 from .protocol.builder import request_echo
 from .protocol.ids import new_id
 from .protocol.lifecycle import Status
 from .store.base import State, StoredResponse, StoreLimits, measure_record
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
+
+if TYPE_CHECKING:
+    from ._conversations import ConversationTurn
 
 logger = logging.getLogger("trio_responses.jobs")
 
@@ -54,6 +60,28 @@ SHUTDOWN_ERROR = {
 _INTERNAL_ERROR = {"code": "server_error", "message": "The server had an internal error."}
 _MAX_UNRECORDED = 10_000
 """Finished jobs kept for another try at recording them, at most (the oldest go)."""
+RECENT_JOBS = 100
+"""Finished jobs remembered for operator views (`JobRunner.recent`), at most."""
+
+
+@final
+@dataclass(frozen=True)
+class FinishedJob:
+    """What an operator sees of a job that finished here (`JobRunner.recent`)."""
+
+    id: str
+    model: str
+    """The model name the request used."""
+    owner: str | None
+    background: bool
+    stored: bool
+    status: Status
+    created_at: int
+    ended_at: float
+    """Unix time at which its task ended."""
+    output_tokens: int
+    usage: dict[str, Any] | None
+    error: dict[str, Any] | None
 
 
 @final
@@ -158,12 +186,16 @@ class JobRunner:
         pool: ToolServerPool,
         state: State,
         nursery: trio.Nursery,
+        metrics: Metrics | None = None,
     ) -> None:
         self._config = config
         self._engine = engine
         self._pool = pool
         self._state = state
         self._nursery = nursery
+        self._metrics = metrics or Metrics(
+            model=config.model_name, engine=config.engine, process=False
+        )
         self._running: dict[str, Job] = {}
         self._unrecorded: dict[str, Recorder] = {}
         """Finished jobs whose final state the store refused; maintenance retries them."""
@@ -184,6 +216,9 @@ class JobRunner:
             )
         self._tenants: dict[str | None, _Tenant] = {}
         """Owners with jobs running here (none without)."""
+        self._recent: deque[FinishedJob] = deque(maxlen=RECENT_JOBS)
+        self._finished_tokens: dict[str, int] = {}
+        """Output tokens of the jobs that finished here, by requested model name."""
         self._accepting = True
         self._idle = trio.Event()
         self._idle.set()
@@ -200,6 +235,33 @@ class JobRunner:
         if job is None or job.owner != owner or (stored_only and not job.request.store):
             return None
         return job
+
+    def jobs(self) -> list[Job]:
+        """Every job running here, whoever owns it (operator views)."""
+        return list(self._running.values())
+
+    def recent(self) -> list[FinishedJob]:
+        """The jobs that finished here last (at most `RECENT_JOBS`), newest first."""
+        return list(reversed(self._recent))
+
+    def output_tokens(self) -> dict[str, int]:
+        """Output tokens generated here since start, by requested model name (running
+        jobs' tokens so far included): a counter that only grows."""
+        totals = dict(self._finished_tokens)
+        for job in self._running.values():
+            model = job.request.model
+            totals[model] = totals.get(model, 0) + job.generated_tokens
+        return totals
+
+    def owner_of(self, response_id: str) -> tuple[str | None] | None:
+        """``(owner,)`` of a response running or recently finished here, else None."""
+        job = self._running.get(response_id)
+        if job is not None:
+            return (job.owner,)
+        for finished in self._recent:
+            if finished.id == response_id:
+                return (finished.owner,)
+        return None
 
     @property
     def running(self) -> int:
@@ -232,9 +294,19 @@ class JobRunner:
 
     # -- start ---------------------------------------------------------------------------
 
-    async def start(self, prepared: PreparedRequest, *, owner: str | None) -> ResponseHandle:
+    async def start(
+        self,
+        prepared: PreparedRequest,
+        *,
+        owner: str | None,
+        turn: ConversationTurn | None = None,
+    ) -> ResponseHandle:
         """Start the job of ``prepared``; returns once it is recorded and has emitted
         ``response.created``.
+
+        ``turn``: the conversation the response runs on (its lock, taken for
+        ``turn.response_id``, the response's id): the job renews it while it runs
+        and, once its final state is recorded, lets it update the conversation.
 
         Raises:
             ServerBusyError: every generation slot and queue place is taken (code
@@ -248,7 +320,7 @@ class JobRunner:
         config = self._config
         self._admit(owner)
         request = prepared.request
-        response_id = new_id("resp")
+        response_id = new_id("resp") if turn is None else turn.response_id
         job = Job(
             response_id=response_id,
             request=request,
@@ -260,6 +332,7 @@ class JobRunner:
             echo=request_echo(request),
             log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
         )
+        job.builder.seal_reasoning = prepared.seal_reasoning
         if request.store:
             await self._check_store_share(job)
             self._admit(owner)  # again: other creates may have been admitted meanwhile
@@ -271,7 +344,7 @@ class JobRunner:
         async def run(*, task_status: trio.TaskStatus[None]) -> None:
             nonlocal task_began
             task_began = True
-            await self._run(job, prepared.plan, task_status=task_status)
+            await self._run(job, prepared.plan, turn, task_status=task_status)
 
         try:
             await self._nursery.start(run, name=f"job {response_id}")
@@ -344,8 +417,39 @@ class JobRunner:
         job.ended.set()
         if not self._running:
             self._idle.set()
+        if job.finished:
+            self._remember(job)
 
-    async def _run(self, job: Job, plan: PromptPlan, *, task_status: trio.TaskStatus[None]) -> None:
+    def _remember(self, job: Job) -> None:
+        """Keep what operators see of a finished job, and count its tokens."""
+        model = job.request.model
+        self._finished_tokens[model] = self._finished_tokens.get(model, 0) + job.generated_tokens
+        response = job.snapshot()
+        self._recent.append(
+            FinishedJob(
+                id=job.id,
+                model=model,
+                owner=job.owner,
+                background=job.background,
+                stored=job.request.store,
+                status=job.status,
+                created_at=int(response["created_at"]),
+                ended_at=time.time(),
+                output_tokens=job.generated_tokens,
+                usage=response["usage"],
+                error=response["error"],
+            )
+        )
+
+    async def _run(
+        self,
+        job: Job,
+        plan: PromptPlan,
+        turn: ConversationTurn | None,
+        *,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        RESPONSE_ID.set(job.id)  # this task's log lines (and its children's) name the job
         recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
         try:
             try:
@@ -364,16 +468,31 @@ class JobRunner:
                 job.id,
                 job.request.background,
                 job.request.stream,
+                extra={
+                    "response_status": job.status,
+                    "background": job.request.background,
+                    "stream": job.request.stream,
+                },
             )
+            timer = self._metrics.response_created(background=job.background)
             task_status.started()
-            await self._generate(job, plan, recorder)
+            await self._generate(job, plan, recorder, timer, turn)
         finally:
             self._unregister(job)
 
-    async def _generate(self, job: Job, plan: PromptPlan, recorder: Recorder) -> None:
+    async def _generate(
+        self,
+        job: Job,
+        plan: PromptPlan,
+        recorder: Recorder,
+        timer: ResponseTimer,
+        turn: ConversationTurn | None = None,
+    ) -> None:
         config = self._config
         async with trio.open_nursery() as sessions:
             await sessions.start(recorder.follow)
+            if turn is not None:
+                await sessions.start(turn.keep)
             toolbox = Toolbox(
                 job.request,
                 self._pool,
@@ -381,12 +500,19 @@ class JobRunner:
                 tool_timeout_s=config.tool_timeout_s,
                 close_timeout_s=config.cleanup_timeout_s,
                 allow_hosts=config.mcp_allow_hosts,
+                open_sessions=self._metrics.request_mcp_sessions,
             )
             try:
                 with job.cancel_scope:
                     async with _GenerationSlot(self._slots, self._tenants[job.owner].slots):
                         await generate_response(
-                            job, self._engine, toolbox, plan, max_model_len=config.max_model_len
+                            job,
+                            self._engine,
+                            toolbox,
+                            plan,
+                            max_model_len=config.max_model_len,
+                            metrics=self._metrics,
+                            timer=timer,
                         )
             except Exception:
                 logger.exception("%s failed with an internal error", job.id)
@@ -400,11 +526,41 @@ class JobRunner:
                         await recorder.stop()
                         if not await recorder.finish():
                             self._keep_unrecorded(recorder)
+                        if turn is not None:
+                            await turn.finish(job)  # before done: a next turn sees it
                     finally:
                         job.done.set()
-                        logger.info("%s %s", job.id, job.status)
+                        self._finished(job)
                     await toolbox.aclose()
                 sessions.cancel_scope.cancel()
+
+    def _finished(self, job: Job) -> None:
+        """Log and count the outcome of a job that reached its terminal status."""
+        builder = job.builder
+        usage = builder.usage
+        error_code = builder.error.get("code") if builder.error else None
+        self._metrics.response_finished(
+            job.status,
+            background=job.background,
+            error_code=error_code,
+            input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_tokens,
+            output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+        )
+        logger.info(
+            "%s %s",
+            job.id,
+            job.status,
+            extra={
+                "response_status": job.status,
+                "input_tokens": usage.input_tokens,
+                "cached_tokens": usage.cached_tokens,
+                "output_tokens": usage.output_tokens,
+                "reasoning_tokens": usage.reasoning_tokens,
+                "error_code": error_code,
+            },
+        )
 
     def _keep_unrecorded(self, recorder: Recorder) -> None:
         self._unrecorded[recorder.response_id] = recorder

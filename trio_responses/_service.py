@@ -26,21 +26,27 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal, NoReturn, final
 
 import trio
 
+from ._compaction import compacted_response, parse_compact_request, summarizing_request
 from ._config import Config
+from ._conversations import Conversations
 from ._exceptions import InvalidRequestError, NotFoundError
 from ._offload import estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
-from ._runner import JobRunner, ResponseHandle
+from ._runner import FinishedJob, JobRunner, ResponseHandle
+from ._sealed_items import INCLUDE_REASONING, item_opener, reasoning_sealer
 from .background.event_log import SubscriberLagged
+from .background.job import Job
 from .background.subscription import LogSubscription, Subscription
 from .engine import Engine, open_engine
 from .harmony.encoding import get_encoding
+from .metrics import Metrics, Snapshot, instrument_state
+from .protocol.ids import new_id
 from .protocol.request import CreateRequest, check_includes, parse_create_request
 from .sealing import Sealer, load_key
 from .store.base import State, StoredResponse, StoreError
@@ -94,6 +100,7 @@ class ResponsesService:
         pool: ToolServerPool,
         sealer: Sealer,
         sandbox: SandboxReport | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
@@ -104,8 +111,29 @@ class ResponsesService:
         self.sandbox = sandbox
         """The bundled code interpreter's sandbox (None without ``code_interpreter``)."""
         self._runner = runner
+        self.conversations = Conversations(
+            config=config, store=state.conversations, responses=state.store
+        )
+        """The Conversations API (``/v1/conversations``): see `_conversations.py`."""
+        self.metrics = metrics or Metrics(model=config.model_name, engine=config.engine)
+        """This service's Prometheus metrics (``/metrics``)."""
+        self.metrics.watch(self._metrics_snapshot)
 
     # -- queries -----------------------------------------------------------------------
+
+    def _metrics_snapshot(self) -> Snapshot:
+        stats = self.statistics()
+        return Snapshot(
+            running_jobs=stats.running_jobs,
+            active_jobs=stats.active_jobs,
+            queued_jobs=stats.queued_jobs,
+            subscribers=stats.subscribers,
+            retained_streams=stats.retained_streams,
+            retained_stream_bytes=stats.retained_stream_bytes,
+            tool_servers_ready={
+                label: health["state"] == "ready" for label, health in self.pool.health().items()
+            },
+        )
 
     def statistics(self) -> ServiceStatistics:
         runner = self._runner
@@ -129,15 +157,55 @@ class ResponsesService:
         job = self._runner.get(response_id, owner, stored_only=False)
         return None if job is None else ResponseHandle.of(job)
 
+    # -- operator views (every owner's responses; see api/dashboard.py) ------------------
+
+    def jobs(self) -> list[Job]:
+        """Every job running in this process, whoever owns it."""
+        return self._runner.jobs()
+
+    def recent(self) -> list[FinishedJob]:
+        """The responses that finished in this process last, newest first (bounded)."""
+        return self._runner.recent()
+
+    def output_tokens(self) -> dict[str, int]:
+        """Output tokens generated in this process since start, by requested model."""
+        return self._runner.output_tokens()
+
+    def _scope(self, response_id: str, owner: str | None, admin: bool) -> str | None:
+        """The owner to look ``response_id`` up as: ``owner``, or for an ``admin`` the
+        response's own owner, as this process knows it.
+
+        Raises:
+            NotFoundError: ``admin``, and the response neither runs here nor is one of
+                those that finished here last (`recent`).
+        """
+        if not admin:
+            return owner
+        known = self._runner.owner_of(response_id)
+        if known is None:
+            raise NotFoundError(
+                f"Response with id {response_id!r} is not running here and is not one of "
+                "the responses that finished here last.",
+                param="response_id",
+            )
+        return known[0]
+
     # -- create --------------------------------------------------------------------------
 
     async def create(
-        self, request: Mapping[str, Any] | CreateRequest, *, owner: str | None = None
+        self,
+        request: Mapping[str, Any] | CreateRequest,
+        *,
+        owner: str | None = None,
+        local: Mapping[str, StoredResponse] | None = None,
     ) -> ResponseHandle:
         """Validate ``request`` and start its job; returns once the job runs.
 
         The job's ``response.created`` event is already in its log when this
         returns, so `ResponseHandle.subscribe` never misses anything.
+        ``local``: finished responses kept by the caller (a WebSocket
+        connection), looked up by ``previous_response_id`` before the store,
+        so a conversation continues from them even with ``store: false``.
 
         Raises:
             InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
@@ -148,8 +216,40 @@ class ResponsesService:
             ShuttingDownError: `shutdown` has begun.
             StoreError: the state backend is unavailable.
         """
-        prepared = await self._prepare(request, owner)
-        return await self._runner.start(prepared, owner=owner)
+        return await self.start(await self.prepare(request, owner=owner, local=local), owner=owner)
+
+    async def prepare(
+        self,
+        request: Mapping[str, Any] | CreateRequest,
+        *,
+        owner: str | None = None,
+        local: Mapping[str, StoredResponse] | None = None,
+    ) -> PreparedRequest:
+        """The first half of `create`: validate ``request``, load the conversation
+        before it (``local`` first, see `create`) and render its prompt. Nothing
+        starts and nothing is stored.
+
+        Raises:
+            InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
+            StoreError: the state backend is unavailable.
+        """
+        return await self._prepare(request, owner, local)
+
+    async def start(self, prepared: PreparedRequest, *, owner: str | None = None) -> ResponseHandle:
+        """The second half of `create`: start the job of ``prepared``.
+
+        Raises:
+            RequestTooLargeError, ServerBusyError, ShuttingDownError, StoreError:
+                as `create`.
+        """
+        response_id = new_id("resp")
+        turn = await self.conversations.begin(prepared.request, owner, response_id)
+        try:
+            return await self._runner.start(prepared, owner=owner, turn=turn)
+        except BaseException:
+            if turn is not None:
+                await turn.release()
+            raise
 
     async def count_input_tokens(
         self, request: Mapping[str, Any] | CreateRequest, *, owner: str | None = None
@@ -174,7 +274,10 @@ class ResponsesService:
         return len(prepared.prompt_tokens)
 
     async def _prepare(
-        self, request: Mapping[str, Any] | CreateRequest, owner: str | None
+        self,
+        request: Mapping[str, Any] | CreateRequest,
+        owner: str | None,
+        local: Mapping[str, StoredResponse] | None = None,
     ) -> PreparedRequest:
         """Validate ``request``, load the conversation before it, render its prompt."""
         # Validating and rendering a large request takes long enough to stall every
@@ -183,19 +286,60 @@ class ResponsesService:
             body = dict(request) if isinstance(request, Mapping) else request
             request = await offload(estimated_size(body), partial(parse_create_request, body))
         check_request(request, self.config, self.pool)
-        context = await self._previous_context(request, owner)
-        return await offload(
+        request = await self.conversations.resolve_references(request, owner)
+        context = await self._previous_context(request, owner, local)
+        if request.conversation_id is not None:
+            context = await self.conversations.context(request.conversation_id, owner)
+        # Sealed reasoning and compaction items open for their owner only (400 otherwise).
+        unseal = item_opener(self.sealer, owner)
+        prepared = await offload(
             estimated_size((request, context)),
-            partial(prepare, request, context, config=self.config),
+            partial(prepare, request, context, config=self.config, unseal=unseal),
         )
+        if INCLUDE_REASONING in request.include:
+            prepared = replace(prepared, seal_reasoning=reasoning_sealer(self.sealer, owner))
+        return prepared
+
+    async def compact(self, body: Mapping[str, Any], *, owner: str | None = None) -> dict[str, Any]:
+        """Compact a conversation (``input`` and/or ``previous_response_id``) into its
+        user messages and a sealed summary the model wrote (``response.compaction``).
+
+        The summary is written by an internal, unstored response: it takes a
+        generation slot like any other and stops if this call is cancelled.
+
+        Raises:
+            InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
+            ServerBusyError: no generation slot or queue place for the summary.
+            ServerError: the model wrote no summary.
+            ShuttingDownError: the server is shutting down.
+            StoreError: the state backend is unavailable (``previous_response_id``).
+        """
+        fields = dict(body) if isinstance(body, Mapping) else body
+        request = await offload(
+            estimated_size(fields),
+            partial(parse_compact_request, fields, default_model=self.config.model_name),
+        )
+        prepared = await self._prepare(summarizing_request(request), owner)
+        handle = await self._runner.start(prepared, owner=owner)
+        try:
+            response = await handle.wait()
+        except BaseException:
+            handle.abandon()  # the caller went away: stop writing the summary
+            raise
+        return compacted_response(prepared, response, sealer=self.sealer, owner=owner)
 
     async def _previous_context(
-        self, request: CreateRequest, owner: str | None
+        self,
+        request: CreateRequest,
+        owner: str | None,
+        local: Mapping[str, StoredResponse] | None = None,
     ) -> list[dict[str, Any]]:
         """The conversation before ``request``: its predecessors' inputs and outputs."""
         previous_id = request.previous_response_id
         if previous_id is None:
             return []
+        if local is not None and (kept := local.get(previous_id)) is not None:
+            return await self._conversation(kept, owner, local)
         running = self._runner.get(previous_id, owner)
         if running is not None:
             if not running.finished:
@@ -211,18 +355,26 @@ class ResponsesService:
             raise _previous_running(previous_id, record.status)
         return await self._conversation(record, owner)
 
-    async def _conversation(self, last: StoredResponse, owner: str | None) -> list[dict[str, Any]]:
+    async def _conversation(
+        self,
+        last: StoredResponse,
+        owner: str | None,
+        local: Mapping[str, StoredResponse] | None = None,
+    ) -> list[dict[str, Any]]:
         """Every item of the chain that ends with ``last``, oldest first.
 
-        Records reference their predecessor; the walk stops with a 400 once the
-        chain holds more items than a request may.
+        Records reference their predecessor (found in ``local`` first, then in
+        the store); the walk stops with a 400 once the chain holds more items
+        than a request may.
         """
         chain = [last]
         count = len(last.input_items) + len(last.response["output"])
         while (previous_id := chain[-1].previous_response_id) is not None:
             if count > self.config.max_input_items:
                 break  # prepare() says "too many input items"
-            record = await self._load(previous_id, owner)
+            record = local.get(previous_id) if local is not None else None
+            if record is None:
+                record = await self._load(previous_id, owner)
             if record is None:
                 raise NotFoundError(
                     f"Response {previous_id!r}, an earlier turn of this conversation, is no "
@@ -239,13 +391,19 @@ class ResponsesService:
 
     # -- read ---------------------------------------------------------------------------------
 
-    async def retrieve(self, response_id: str, *, owner: str | None = None) -> dict[str, Any]:
+    async def retrieve(
+        self, response_id: str, *, owner: str | None = None, admin: bool = False
+    ) -> dict[str, Any]:
         """The Response object: live while it runs here, else as stored.
+
+        With ``admin``, ``owner`` is ignored: any owner's response running or
+        recently finished here is found.
 
         Raises:
             NotFoundError: unknown, deleted, not stored (``store: false``), or
                 created with another API key.
         """
+        owner = self._scope(response_id, owner, admin)
         job = self._runner.get(response_id, owner)
         if job is not None and not job.done.is_set():
             return job.snapshot()
@@ -272,6 +430,7 @@ class ResponsesService:
         starting_after: int = -1,
         owner: str | None = None,
         background_only: bool = False,
+        admin: bool = False,
     ) -> Subscription:
         """Follow a response's events after ``starting_after`` (-1: from the start).
 
@@ -280,6 +439,8 @@ class ResponsesService:
         background one; otherwise only a background response's log is kept
         (``stream_retention_s``), in whatever backend holds it. With
         ``background_only`` (``GET ?stream=true``), foreground responses are refused.
+        With ``admin``, ``owner`` is ignored: any owner's response running or
+        recently finished here can be followed.
 
         Raises:
             NotFoundError: unknown response.
@@ -291,6 +452,7 @@ class ResponsesService:
             raise InvalidRequestError(
                 "'starting_after' must be a sequence number (>= 0).", param="starting_after"
             )
+        owner = self._scope(response_id, owner, admin)
         job = self._runner.get(response_id, owner)
         try:
             if job is not None:
@@ -370,7 +532,9 @@ class ResponsesService:
 
     # -- change ---------------------------------------------------------------------------------
 
-    async def cancel(self, response_id: str, *, owner: str | None = None) -> dict[str, Any]:
+    async def cancel(
+        self, response_id: str, *, owner: str | None = None, admin: bool = False
+    ) -> dict[str, Any]:
         """Cancel a background response wherever it runs: it ends ``cancelled``.
 
         Here, every reader gets the terminal event at once; aborting the engine
@@ -378,13 +542,15 @@ class ResponsesService:
         which this never waits for. On another replica, the request goes
         through `Control` and this waits (up to the cleanup budget) for that
         replica to record the outcome. Cancelling a cancelled response returns
-        it again.
+        it again. With ``admin``, ``owner`` is ignored: any owner's response
+        running or recently finished here can be cancelled.
 
         Raises:
             NotFoundError: unknown response.
             InvalidRequestError: a foreground response, or one that already
                 completed, failed or ended incomplete.
         """
+        owner = self._scope(response_id, owner, admin)
         job = self._runner.get(response_id, owner)
         record = None
         if job is not None:
@@ -551,12 +717,14 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
     # do it now, off the event loop, rather than inside the first request.
     await trio.to_thread.run_sync(get_encoding)
     sealer = Sealer(await trio.to_thread.run_sync(load_key, config))
+    metrics = Metrics(model=config.model_name, engine=config.engine)
     pool = ToolServerPool(
         [
             ToolServer(
                 ToolServerSpec.parse(spec),
                 connect_timeout_s=config.tool_timeout_s,
                 close_timeout_s=config.cleanup_timeout_s,
+                open_sessions=metrics.configured_mcp_sessions,
             )
             for spec in config.all_tool_servers
         ]
@@ -566,10 +734,13 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         open_engine(config) as engine,
         trio.open_nursery() as root,
     ):
+        instrument_state(state, metrics)
         await root.start(pool.run)
         background = trio.CancelScope()
         async with trio.open_nursery() as jobs:
-            runner = JobRunner(config=config, engine=engine, pool=pool, state=state, nursery=jobs)
+            runner = JobRunner(
+                config=config, engine=engine, pool=pool, state=state, nursery=jobs, metrics=metrics
+            )
             service = ResponsesService(
                 config=config,
                 engine=engine,
@@ -578,6 +749,7 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
                 pool=pool,
                 sealer=sealer,
                 sandbox=sandbox,
+                metrics=metrics,
             )
             await root.start(_run_in, background, service, runner)
             logger.info(

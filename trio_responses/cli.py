@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from ._config import Config
-from .api.request_id import RequestIdFilter
+from ._logging import configure_logging
 
 logger = logging.getLogger("trio_responses")
 
@@ -69,9 +69,16 @@ _SERVE_OPTIONS = (
     _Option(
         "--admin-key",
         "admin_keys",
-        "key that may read /health statistics when --api-key is set "
+        "key that may read /health statistics and /metrics when --api-key is set "
         "(repeatable; comma-separated in the variable)",
         repeat=True,
+    ),
+    _Option(
+        "--dashboard",
+        "dashboard",
+        "serve the live operator page at /dashboard (with --api-key, its data needs "
+        "an --admin-key)",
+        switch=True,
     ),
     _Option(
         "--encryption-key",
@@ -121,6 +128,13 @@ _SERVE_OPTIONS = (
     ),
     _Option(
         "--log-level", "log_level", "logging level", choices=("debug", "info", "warning", "error")
+    ),
+    _Option(
+        "--log-format",
+        "log_format",
+        "log lines as text, or as one JSON object per line (time, level, logger, message, "
+        "request_id, response_id, ...)",
+        choices=("text", "json"),
     ),
     _Option("--max-model-len", "max_model_len", "context window in tokens", int),
     _Option("--max-body-bytes", "max_body_bytes", "largest request body (413 above)", int),
@@ -413,12 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args, dict(os.environ))
     except ValueError as error:
         parser.error(str(error))
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RequestIdFilter())
+    configure_logging(config.log_level, config.log_format)
     if config.log_level != "debug":
         # One line per MCP HTTP request is noise at info level.
         for noisy in ("httpx2", "mcp"):

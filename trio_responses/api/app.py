@@ -16,7 +16,7 @@ import time
 from functools import partial
 from typing import Any
 
-from quart import Response, g, request
+from quart import Response, g, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -28,13 +28,16 @@ from .._exceptions import (
     RequestTooLargeError,
     ResponsesError,
 )
+from .._logging import RESPONSE_ID
 from .._offload import offload
 from .._service import ResponsesService
+from ..metrics import CONTENT_TYPE
 from ..protocol.request import decode_json_body
 from ..protocol.sse import encode_json
 from .cors import CorsPolicy
 from .request_id import REQUEST_ID, request_id_for
 from .sse import SSEBody
+from .websocket import ResponsesSocket
 
 logger = logging.getLogger("trio_responses.api")
 
@@ -66,7 +69,36 @@ def json_response(payload: Any, status: int = 200) -> Response:
 
 
 def error_response(error: ResponsesError) -> Response:
-    return _error_json(error.to_error_object(), error.status_hint)
+    return _error_json(*wire_error(error))
+
+
+_INTERNAL_ERROR: dict[str, str | None] = {
+    "message": "The server had an internal error while processing your request. It has been "
+    "logged.",
+    "type": "server_error",
+    "param": None,
+    "code": "server_error",
+}
+
+
+def wire_error(error: Exception) -> tuple[dict[str, str | None], int]:
+    """The OpenAI ``error`` object and HTTP status of ``error``, for every transport
+    (JSON bodies here, ``error`` events in WebSocket mode).
+
+    An error that is not a `ResponsesError` is a bug: it is logged, and the client
+    gets a generic 500 without details.
+    """
+    if isinstance(error, ResponsesError):
+        return error.to_error_object(), error.status_hint
+    logger.error("unhandled error on %s", _where(), exc_info=error)
+    return dict(_INTERNAL_ERROR), 500
+
+
+def _where() -> str:
+    """``METHOD /path`` of the request (or WebSocket) being handled, for messages."""
+    if has_websocket_context():
+        return f"WEBSOCKET {websocket.path}"
+    return f"{request.method} {request.path}"
 
 
 def _error_json(error: dict[str, str | None], status: int) -> Response:
@@ -107,12 +139,27 @@ def create_app(service: ResponsesService) -> QuartTrio:
             )
         return None
 
+    @app.before_websocket
+    async def begin_websocket() -> None:
+        # Authenticated before the upgrade: a bad key gets an HTTP 401, like a request.
+        g.request_id = request_id_for(websocket.headers.get("X-Request-Id"))
+        REQUEST_ID.set(g.request_id)
+        g.owner = None
+        if keys and websocket.path.startswith("/v1/"):
+            g.owner = owner_for(websocket.headers.get("Authorization", ""))
+
     @app.before_request
     async def authenticate() -> None:
         g.owner = None
-        if not keys or not request.path.startswith("/v1/"):
-            return
-        header = request.headers.get("Authorization", "")
+        if keys and request.path.startswith("/v1/"):
+            g.owner = owner_for(request.headers.get("Authorization", ""))
+
+    def owner_for(header: str) -> str:
+        """The owner tag of the API key in an ``Authorization`` header.
+
+        Raises:
+            AuthenticationError: no Bearer key, or not one of the server's keys.
+        """
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise AuthenticationError(
@@ -121,7 +168,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
         presented = token.strip().encode()
         if not any(hmac.compare_digest(presented, key) for key in keys):
             raise AuthenticationError("Incorrect API key provided.")
-        g.owner = owner_of(presented.decode())
+        return owner_of(presented.decode())
 
     @app.after_request
     async def close_if_unread(response: Response) -> Response:
@@ -147,12 +194,24 @@ def create_app(service: ResponsesService) -> QuartTrio:
     @app.after_request
     async def log_request(response: Response) -> Response:
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
+        rule = request.url_rule
+        route = rule.rule if rule is not None else None
+        metrics.http_request(route, request.method, response.status_code, elapsed)
+        view_args = request.view_args or {}
         logger.info(
             "%s %s -> %s (%.1f ms)",
             request.method,
             request.path,
             response.status_code,
             elapsed * 1000,
+            extra={
+                "method": request.method,
+                "route": route,
+                "path": request.path,
+                "status": response.status_code,
+                "duration_ms": round(elapsed * 1000, 3),
+                "response_id": view_args.get("response_id") or RESPONSE_ID.get(),
+            },
         )
         return response
 
@@ -171,9 +230,10 @@ def create_app(service: ResponsesService) -> QuartTrio:
                 )
             )
         if status == 404:
-            message = f"Unknown route: {request.method} {request.path}."
+            message = f"Unknown route: {_where()}."
         elif status == 405:
-            message = f"Method {request.method} is not allowed on {request.path}."
+            method, _, path = _where().partition(" ")
+            message = f"Method {method} is not allowed on {path}."
         else:
             message = error.description or error.name
         server_side = status >= 500
@@ -191,19 +251,11 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.errorhandler(Exception)
     async def on_unexpected(error: Exception) -> Response:
-        logger.error("unhandled error on %s %s", request.method, request.path, exc_info=error)
-        return _error_json(
-            {
-                "message": "The server had an internal error while processing your "
-                "request. It has been logged.",
-                "type": "server_error",
-                "param": None,
-                "code": "server_error",
-            },
-            500,
-        )
+        # Also reached from WebSocket handlers, where there is no `request`.
+        return _error_json(*wire_error(error))
 
     admin_keys = tuple(key.encode() for key in config.admin_keys)
+    metrics = service.metrics
 
     @app.get("/health")
     async def health() -> Response:
@@ -214,6 +266,17 @@ def create_app(service: ResponsesService) -> QuartTrio:
         if not keys or _is_admin(admin_keys):
             payload.update(_health_statistics(service))
         return json_response(payload, 200 if healthy else 503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        # Open without API keys; with them, for admins only (it shows every tenant's load).
+        refusal = (
+            "/metrics needs an admin key when the server has API keys: send "
+            "'Authorization: Bearer ADMIN_KEY' (--admin-key)."
+        )
+        if keys and not _is_admin(admin_keys, refusal=refusal):
+            raise AuthenticationError(refusal)
+        return Response(metrics.render(), status=200, content_type=CONTENT_TYPE)
 
     owned_by = (
         "trio-responses (scripted engine)"
@@ -240,6 +303,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
     async def create_response() -> Response:
         body = await _read_json()
         handle = await service.create(body, owner=g.owner)
+        RESPONSE_ID.set(handle.id)  # this request's log line names its response
         try:
             if handle.stream:
                 # A foreground stream belongs to its client; background jobs go on.
@@ -248,6 +312,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
                         handle.subscribe(),
                         keepalive_s=config.sse_keepalive_s,
                         on_close=handle.abandon,
+                        metrics=metrics,
                     )
                 )
             if handle.background:
@@ -265,6 +330,22 @@ def create_app(service: ResponsesService) -> QuartTrio:
         count = await service.count_input_tokens(body, owner=g.owner)
         return json_response({"object": "response.input_tokens", "input_tokens": count})
 
+    @app.post("/v1/responses/compact")
+    async def compact_conversation() -> Response:
+        body = await _read_json()
+        return json_response(await service.compact(body, owner=g.owner))
+
+    @app.websocket("/v1/responses")
+    async def responses_websocket() -> None:
+        # WebSocket mode: see `ResponsesSocket`.
+        socket = ResponsesSocket(
+            service,
+            websocket._get_current_object(),  # type: ignore[attr-defined]
+            owner=g.owner,
+            wire_error=wire_error,
+        )
+        await socket.serve()
+
     @app.get("/v1/responses/<response_id>")
     async def retrieve_response(response_id: str) -> Response:
         _check_response_id(response_id)
@@ -273,7 +354,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
             subscription = await service.subscribe(
                 response_id, starting_after=starting_after, owner=g.owner, background_only=True
             )
-            return _sse(SSEBody(subscription, keepalive_s=config.sse_keepalive_s))
+            return _sse(SSEBody(subscription, keepalive_s=config.sse_keepalive_s, metrics=metrics))
         return json_response(await service.retrieve(response_id, owner=g.owner))
 
     @app.post("/v1/responses/<response_id>/cancel")
@@ -306,14 +387,29 @@ def create_app(service: ResponsesService) -> QuartTrio:
             )
         )
 
+    from .conversations import add_conversation_routes  # it uses this module's helpers
+
+    add_conversation_routes(app, service)
+
+    if config.dashboard:
+        from .dashboard import add_dashboard  # it uses this module's helpers
+
+        add_dashboard(app, service)
     return app
 
 
-def _is_admin(admin_keys: tuple[bytes, ...]) -> bool:
+_HEALTH_REFUSAL = (
+    "Incorrect admin key provided. /health answers without a key (liveness "
+    "only); its statistics need 'Authorization: Bearer ADMIN_KEY' (--admin-key)."
+)
+
+
+def _is_admin(admin_keys: tuple[bytes, ...], *, refusal: str = _HEALTH_REFUSAL) -> bool:
     """Whether the request presents an admin key; no key at all is False.
 
     Raises:
-        AuthenticationError: a key that is not an admin key (API keys included).
+        AuthenticationError: a key that is not an admin key (API keys included),
+            with ``refusal`` as its message.
     """
     header = request.headers.get("Authorization", "").strip()
     if not header:
@@ -325,10 +421,7 @@ def _is_admin(admin_keys: tuple[bytes, ...]) -> bool:
         or not presented
         or not any(hmac.compare_digest(presented, key) for key in admin_keys)
     ):
-        raise AuthenticationError(
-            "Incorrect admin key provided. /health answers without a key (liveness "
-            "only); its statistics need 'Authorization: Bearer ADMIN_KEY' (--admin-key).",
-        )
+        raise AuthenticationError(refusal)
     return True
 
 

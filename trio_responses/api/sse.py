@@ -20,6 +20,7 @@ import trio
 from .._exceptions import StoreError
 from ..background.event_log import SubscriberLagged
 from ..background.subscription import Subscription
+from ..metrics import Metrics
 from ..protocol.builder import stream_error_frame
 from ..protocol.sse import DONE, KEEPALIVE
 
@@ -34,10 +35,13 @@ class SSEBody:
         *,
         keepalive_s: float,
         on_close: Callable[[], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        """``metrics`` counts the events sent (once per write) and lagged readers."""
         self._subscription = subscription
         self._keepalive_s = keepalive_s
         self._on_close = on_close
+        self._metrics = metrics
         self._finished = False
 
     def __aiter__(self) -> SSEBody:
@@ -52,6 +56,8 @@ class SSEBody:
                 frames = await self._subscription.receive_frames()
         except SubscriberLagged as lagged:
             self._finished = True
+            if self._metrics is not None:
+                self._metrics.stream_lagged()
             message = (
                 f"This stream was closed because {lagged}. Resume with "
                 f"starting_after={lagged.wanted - 1} while the events are retained."
@@ -71,6 +77,8 @@ class SSEBody:
         if not frames:
             self._finished = True
             return DONE
+        if self._metrics is not None:
+            self._metrics.events_sent(len(frames))
         return b"".join(frames)
 
     async def aclose(self) -> None:

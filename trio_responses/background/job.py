@@ -12,7 +12,7 @@ engine request, closing tool sessions, persisting) never delays a reader.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 import trio
@@ -64,6 +64,14 @@ class Job:
         client waiting for it needs; a state the store refused is retried later)."""
         self.ended = trio.Event()
         """Set once the job's task is gone (tool sessions closed, nothing left running)."""
+        self.turn_tokens: Callable[[], int] = no_tokens
+        """Output tokens of the turn generating now (set by the generation loop;
+        ``builder.usage`` counts a turn's tokens only once the turn is over)."""
+
+    @property
+    def generated_tokens(self) -> int:
+        """Output tokens the engine has delivered so far, every turn together (live)."""
+        return self.builder.usage.output_tokens + self.turn_tokens()
 
     @property
     def background(self) -> bool:
@@ -109,3 +117,8 @@ class Job:
         if not self.finished:
             self.finish("failed", error={"code": code, "message": message})
         self.cancel_scope.cancel()
+
+
+def no_tokens() -> int:
+    """`Job.turn_tokens` between turns."""
+    return 0

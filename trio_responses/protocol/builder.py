@@ -81,6 +81,9 @@ def request_echo(request: CreateRequest) -> dict[str, Any]:
         "metadata": request.metadata or {},
         "parallel_tool_calls": request.parallel_tool_calls,
         "previous_response_id": request.previous_response_id,
+        "conversation": (
+            None if request.conversation_id is None else {"id": request.conversation_id}
+        ),
         "presence_penalty": request.presence_penalty or 0.0,
         "frequency_penalty": request.frequency_penalty or 0.0,
         "reasoning": {
@@ -167,6 +170,9 @@ class ResponseBuilder:
         self._sequence = 0
         self._open: _OpenItem | None = None
         self._listing: tuple[int, dict[str, Any]] | None = None
+        self.seal_reasoning: Callable[[str], str] | None = None
+        """Seals a finished reasoning item's text as its ``encrypted_content``
+        (``include: ["reasoning.encrypted_content"]``); None: reasoning is not sealed."""
 
     # -- snapshots -----------------------------------------------------------
 
@@ -344,6 +350,8 @@ class ResponseBuilder:
                 {"type": "response.content_part.done", **ref, "content_index": 0, "part": part}
             )
             item["content"] = [part]
+            if self.seal_reasoning is not None:
+                item["encrypted_content"] = self.seal_reasoning(text)
         elif open_item.kind == "function_call":
             self._event({"type": "response.function_call_arguments.done", **ref, "arguments": text})
             item["arguments"] = text

@@ -76,8 +76,6 @@ IGNORED_FIELDS = frozenset(
 """OpenAI request fields accepted and ignored: hints that cannot change the output."""
 
 UNSUPPORTED_FIELDS = {
-    "conversation": "Conversations are not supported by this server; "
-    "use 'previous_response_id' or send the full history in 'input'.",
     "prompt": "Stored prompt templates are not supported by this server; "
     "send 'instructions' and 'input' instead.",
     "context_management": "Server-side context management is not supported by this server.",
@@ -307,11 +305,34 @@ class McpApprovalResponseItem(BaseModel):
     reason: str | None = None
 
 
+class CompactionItem(BaseModel):
+    """A compacted conversation (``POST /v1/responses/compact``): its summary is sealed
+    in ``encrypted_content``, which the service opens before rendering."""
+
+    model_config = _STRICT
+    type: Literal["compaction"]
+    encrypted_content: str
+    id: str | None = None
+    created_by: str | None = None
+
+
+class ItemReference(BaseModel):
+    """``{"type": "item_reference", "id": …}`` (``type`` optional): a stored item,
+    resolved by the service before the request is prepared."""
+
+    model_config = _STRICT
+    type: Literal["item_reference"] | None = None
+    id: Annotated[str, Field(min_length=1, max_length=256)]
+
+
 def _item_tag(value: Any) -> str | None:
     if isinstance(value, dict):
-        tag = value.get("type", "message")
+        tag = value.get("type")
+        if tag is None:
+            # Untyped: a message, unless all it has is an id (an item reference).
+            return "item_reference" if "id" in value and "role" not in value else "message"
         return tag if isinstance(tag, str) else None
-    return getattr(value, "type", None)
+    return getattr(value, "type", None) or "item_reference"
 
 
 InputItem = Annotated[
@@ -324,7 +345,9 @@ InputItem = Annotated[
     | Annotated[McpListToolsItem, Tag("mcp_list_tools")]
     | Annotated[McpCallItem, Tag("mcp_call")]
     | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
-    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
+    | Annotated[CompactionItem, Tag("compaction")]
+    | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_tag),
 ]
 
@@ -479,6 +502,14 @@ class TextConfig(BaseModel):
 Metadata = Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)]
 
 
+ConversationId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+
+
+class ConversationParam(BaseModel):
+    model_config = _STRICT
+    id: ConversationId
+
+
 class CreateRequest(BaseModel):
     """A validated create request. Build it with `parse_create_request`."""
 
@@ -503,6 +534,7 @@ class CreateRequest(BaseModel):
     stream: bool = False
     background: bool = False
     previous_response_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")] | None = None
+    conversation: ConversationId | ConversationParam | None = None
     metadata: Metadata | None = None
     user: str | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
@@ -523,6 +555,12 @@ class CreateRequest(BaseModel):
         if isinstance(self.input, str):
             return [MessageItem(role="user", content=self.input)]
         return list(self.input)
+
+    @property
+    def conversation_id(self) -> str | None:
+        """``conversation`` as an id (it may be sent as ``{"id": …}``)."""
+        conversation = self.conversation
+        return conversation.id if isinstance(conversation, ConversationParam) else conversation
 
     @property
     def function_tools(self) -> list[FunctionTool]:
@@ -755,6 +793,13 @@ def check_includes(values: Sequence[str]) -> None:
 
 
 def _check_semantics(request: CreateRequest) -> None:
+    if request.conversation is not None and request.previous_response_id is not None:
+        raise InvalidRequestError(
+            "Mutually exclusive parameters: send either 'previous_response_id' or "
+            "'conversation', not both.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
     if request.background and not request.store:
         raise InvalidRequestError(
             "Background responses must be stored: set 'store' to true or drop 'background'.",
@@ -793,6 +838,13 @@ def _check_semantics(request: CreateRequest) -> None:
             f"tool_choice names function {choice.name!r}, which is not in 'tools'.",
             param="tool_choice",
         )
+    text_format = request.text.format if request.text is not None else None
+    if isinstance(text_format, FormatJsonSchema):
+        check_json_schema(
+            text_format.schema_,
+            param="text.format.schema",
+            what=f"response format {text_format.name!r}",
+        )
     for index, item in enumerate(request.input_items):
         if isinstance(item, MessageItem) and not isinstance(item.content, str):
             for part_index, part in enumerate(item.content):
@@ -803,6 +855,64 @@ def _check_semantics(request: CreateRequest) -> None:
                         param=f"input[{index}].content[{part_index}].type",
                         code="unsupported_value",
                     )
+
+
+def check_json_schema(schema: dict[str, Any], *, param: str, what: str) -> None:
+    """Raise `InvalidRequestError` unless ``schema`` is a valid JSON Schema.
+
+    Checked against its draft's meta-schema (2020-12 unless ``$schema`` says
+    otherwise), and every local ``$ref`` must resolve: the engine constrains
+    output to it.
+    """
+    from jsonschema import exceptions, validators  # type: ignore[import-untyped]
+
+    validator = validators.validator_for(schema, default=validators.Draft202012Validator)
+    try:
+        validator.check_schema(schema)
+    except exceptions.SchemaError as error:
+        where = "/".join(str(part) for part in error.absolute_path)
+        raise InvalidRequestError(
+            f"Invalid JSON schema for {what}: {error.message}"
+            + (f" (at '{where}')" if where else "")
+            + ".",
+            param=param,
+            code="invalid_json_schema",
+        ) from None
+    for ref in _local_refs(schema):
+        if not ref.startswith("#"):
+            raise InvalidRequestError(
+                f"Invalid JSON schema for {what}: $ref {ref!r} is not local; only "
+                "references into the schema itself ('#/$defs/...') are supported.",
+                param=param,
+                code="invalid_json_schema",
+            )
+        node: Any = schema
+        for part in ref[1:].lstrip("/").split("/") if ref.strip("#/") else []:
+            key = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                raise InvalidRequestError(
+                    f"Invalid JSON schema for {what}: $ref {ref!r} does not resolve "
+                    "(define it under '$defs').",
+                    param=param,
+                    code="invalid_json_schema",
+                )
+
+
+def _local_refs(node: Any) -> list[str]:
+    """Every ``$ref`` in the schema (not inside values such as ``enum``)."""
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        for key, value in node.items():
+            if key not in ("const", "enum", "default", "examples"):
+                found.extend(_local_refs(value))
+        return found
+    if isinstance(node, list):
+        return [ref for value in node for ref in _local_refs(value)]
+    return []
 
 
 # -- MCP request headers ------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any, final
 import trio
 from mcp_types import CONNECTION_CLOSED
 
+from ..metrics import IncDec
 from .session import Connect, McpSession, ToolError, ToolInfo, ToolResult
 from .transport import connect_to
 
@@ -66,8 +67,10 @@ class ToolServer:
         close_timeout_s: float = 5.0,
         health_interval_s: float = 15.0,
         backoff_s: tuple[float, float] = (0.5, 30.0),
+        open_sessions: IncDec | None = None,
     ) -> None:
         self.spec = spec
+        self._open_sessions = open_sessions
         self._connect = connect or connect_to(spec.address)
         self._connect_timeout_s = connect_timeout_s
         self._close_timeout_s = close_timeout_s
@@ -117,6 +120,7 @@ class ToolServer:
                 self._connect,
                 connect_timeout_s=self._connect_timeout_s,
                 close_timeout_s=self._close_timeout_s,
+                open_sessions=self._open_sessions,
             )
             self._session = session
             healthy_since = math.inf

@@ -35,6 +35,8 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, PaginatedRequestParams
 
+from ..metrics import IncDec
+
 logger = logging.getLogger("trio_responses.tools")
 
 Transport = AbstractAsyncContextManager[tuple[Any, Any]]
@@ -100,9 +102,13 @@ class McpSession:
         *,
         connect_timeout_s: float = 30.0,
         close_timeout_s: float = 5.0,
+        open_sessions: IncDec | None = None,
     ) -> None:
+        """``open_sessions`` (a gauge) counts this session while it is connected."""
         self.label = label
         self._connect = connect
+        self._open_sessions = open_sessions
+        self._counted = False
         self._connect_timeout_s = connect_timeout_s
         self._close_timeout_s = close_timeout_s
         self._send, self._receive = trio.open_memory_channel[_Request](math.inf)
@@ -137,6 +143,9 @@ class McpSession:
         except Exception as error:  # anyio may wrap transport errors in groups
             self._fail(_describe(error))
         finally:
+            if self._counted and self._open_sessions is not None:
+                self._counted = False
+                self._open_sessions.dec()
             if self.state not in ("failed",):
                 self.state = "closed"
             self._ready.set()
@@ -150,6 +159,9 @@ class McpSession:
             self._scope.deadline = math.inf
             if self.state == "connecting":
                 self.state = "ready"
+            if self._open_sessions is not None:
+                self._open_sessions.inc()
+                self._counted = True
             self._ready.set()
             logger.info("MCP server %r connected", self.label)
             async with trio.open_nursery() as calls:

@@ -22,6 +22,7 @@ from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, METHOD
 
 from .._exceptions import InvalidRequestError
 from ..harmony.translator import RecipientKind, ToolCall
+from ..metrics import IncDec
 from ..protocol.request import (
     CodeInterpreterTool,
     CreateRequest,
@@ -167,8 +168,10 @@ class Toolbox:
         tool_timeout_s: float,
         close_timeout_s: float,
         allow_hosts: Sequence[str] = (),
+        open_sessions: IncDec | None = None,
     ) -> None:
         self._pool = pool
+        self._open_sessions = open_sessions
         self._allowed = allowed_hosts(tuple(allow_hosts))
         self._nursery = nursery
         self._timeout_s = tool_timeout_s
@@ -279,6 +282,7 @@ class Toolbox:
                 connect,
                 connect_timeout_s=self._timeout_s,
                 close_timeout_s=self._close_timeout_s,
+                open_sessions=self._open_sessions,
             )
             self._sessions[label] = session
             self._nursery.start_soon(session.run, name=f"mcp session {label}")
