@@ -10,17 +10,29 @@ For ``POST /v1/responses``:
 - `Conversations.resolve_references` replaces ``item_reference`` input items by
   the stored items they name (items of the owner's stored responses and
   conversations);
-- `Conversations.context` is the conversation a response continues;
-- `Conversations.begin` takes the conversation's lock for one response: a
-  `ConversationTurn`, which the job keeps alive while it runs and which, when
-  the response ends ``completed`` or ``incomplete``, appends the response's
-  input and output items to the conversation and releases the lock. A response
-  that ends ``failed`` or ``cancelled`` adds nothing, so the turn can be retried.
+- `Conversations.context` is the conversation a response continues (read when
+  the request is prepared, without the lock);
+- `Conversations.begin` takes the conversation's lock for one response and
+  checks, under the lock, that the conversation is still the one its prompt was
+  rendered from (`PreparedOnConversation.context_ids`): if another response was
+  appended meanwhile, the lock is released and the request refused (400
+  ``conversation_locked``, retry it). It returns a `ConversationTurn`, which the
+  job keeps alive while it runs and which, when the response ends ``completed``
+  or ``incomplete``, appends the response's input and output items to the
+  conversation and releases the lock. A response that ends ``failed`` or
+  ``cancelled`` adds nothing, so the turn can be retried.
 
 The lock is a lease (``job_lease_s``) its job renews every third of it: a second
 response on the same conversation, on any replica, gets 400
 ``conversation_locked`` while the first runs, and a replica that dies holding
-one frees it when its lease runs out.
+one frees it when its lease runs out. A job that lost its lease (it could not
+renew it in time, or another response took it) does not append its items.
+
+A conversation holds at most ``max_input_items`` items and its tenant's byte
+share of the store (``max_store_bytes`` divided between the API keys): adding
+items past either is a 400 ``conversation_too_large``; a response whose items
+would take its conversation past either is not appended (logged), and the
+conversation stays as it was.
 """
 
 from __future__ import annotations
@@ -28,14 +40,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, NoReturn, final
+from dataclasses import dataclass, fields
+from typing import Any, Literal, final
 
 import trio
 from pydantic import TypeAdapter, ValidationError
 
 from ._config import Config
 from ._exceptions import InvalidRequestError, NotFoundError
-from ._prepare import stored_item
+from ._prepare import PreparedRequest, stored_item
 from .background.job import Job
 from .protocol.ids import new_id
 from .protocol.request import (
@@ -53,6 +66,7 @@ from .store.base import (
     ResponseStore,
     StoredConversation,
     StoreError,
+    StoreLimits,
     with_retries,
 )
 
@@ -87,6 +101,27 @@ def check_id(value: str, param: str, what: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class PreparedOnConversation(PreparedRequest):
+    """A prepared request on a conversation: which items its prompt was rendered from."""
+
+    context_ids: tuple[str, ...] = ()
+    """The ids of the conversation's items, in order, as `Conversations.context` read them."""
+
+
+def on_conversation(
+    prepared: PreparedRequest, context: Sequence[dict[str, Any]]
+) -> PreparedOnConversation:
+    """``prepared``, remembering the conversation items ``context`` it was rendered from."""
+    values = {field.name: getattr(prepared, field.name) for field in fields(prepared)}
+    return PreparedOnConversation(**values, context_ids=context_ids(context))
+
+
+def context_ids(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """What identifies a conversation's state: its item ids in order."""
+    return tuple(str(item.get("id")) for item in items)
+
+
 @final
 class ConversationTurn:
     """One response's hold on its conversation (see the module docstring)."""
@@ -100,6 +135,8 @@ class ConversationTurn:
         response_id: str,
         lease_s: float,
         cleanup_s: float,
+        max_items: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         self._store = store
         self.conversation_id = conversation_id
@@ -108,17 +145,47 @@ class ConversationTurn:
         """The id the response gets (its lock's holder)."""
         self._lease_s = lease_s
         self._cleanup_s = cleanup_s
+        self._max_items = max_items
+        self._max_bytes = max_bytes
+        self._held_until = trio.current_time() + lease_s
+        """When the lease surely holds until (this process's clock; conservative)."""
+        self._lost = False
+        self._stopped = False
+        self._renewing = trio.Lock()
+        self._keep_scope = trio.CancelScope()
 
-    async def keep(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> NoReturn:
-        """Renew the lock every third of its lease while the job runs.
+    @property
+    def lost(self) -> bool:
+        """Whether the lease may have passed to another response (not renewed in time,
+        or taken): its items are then not appended."""
+        return self._lost or trio.current_time() >= self._held_until
 
-        This function never returns unless cancelled.
-        """
-        task_status.started()
-        while True:
-            await trio.sleep(self._lease_s / 3)
+    async def keep(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Renew the lock every third of its lease while the job runs, until `finish`
+        (or cancellation) stops it, or the lease is lost."""
+        with self._keep_scope:
+            task_status.started()
+            while not self._stopped:
+                await trio.sleep(self._lease_s / 3)
+                async with self._renewing:
+                    if self._stopped or not await self._renew():
+                        return
+
+    async def _renew(self) -> bool:
+        """Extend the lease; False once it is lost (renewing then stops: renewing a
+        lease lost to another response that has since finished would take it again)."""
+        if self.lost:
+            self._lost = True
+            logger.warning(
+                "%s: its lock on conversation %s ran out before it could be renewed; its "
+                "items will not be added",
+                self.response_id,
+                self.conversation_id,
+            )
+            return False
+        began = trio.current_time()
+        # Shielded: a renewal in flight ends (or times out) before `finish` unlocks.
+        with trio.move_on_after(self._cleanup_s, shield=True):
             try:
                 held = await self._store.lock(
                     self.conversation_id, self.response_id, owner=self.owner, lease_s=self._lease_s
@@ -127,44 +194,104 @@ class ConversationTurn:
                 logger.warning(
                     "%s: cannot renew its conversation's lock: %s", self.response_id, error
                 )
-                continue
-            if held is False:
-                logger.warning(
-                    "%s: conversation %s was taken by another response (this one stalled past "
-                    "its lease)",
-                    self.response_id,
-                    self.conversation_id,
-                )
+                return True
+            if held:
+                self._held_until = began + self._lease_s
+                return True
+            self._lost = True
+            logger.warning(
+                "%s: conversation %s was %s (this response stalled past its lease); its items "
+                "will not be added",
+                self.response_id,
+                self.conversation_id,
+                "deleted" if held is None else "taken by another response",
+            )
+            return False
+        return True  # timed out: tried again later (the lease decides)
 
     async def finish(self, job: Job) -> None:
-        """Append the job's items to the conversation (completed or incomplete), then
-        release the lock. Never raises a store failure (it is logged); bounded by the
+        """Stop renewing, append the job's items to the conversation (completed or
+        incomplete, the lease still held), then release the lock. Never raises a
+        store failure (it is logged); each step is shielded and bounded by the
         cleanup budget."""
-        with trio.move_on_after(self._cleanup_s) as scope:
-            try:
-                if job.status in APPENDED_STATUSES:
-                    items = [*job.input_items, *job.snapshot().get("output", [])]
-
-                    async def append() -> None:
-                        await self._store.add_items(self.conversation_id, items, owner=self.owner)
-
-                    await with_retries(append)
-            except StoreError as error:
-                logger.error(
-                    "%s: its items could not be added to conversation %s: %s",
-                    job.id,
-                    self.conversation_id,
-                    error,
-                )
-            finally:
-                await self._unlock()
+        self._stopped = True
+        self._keep_scope.cancel()
+        with trio.move_on_after(self._cleanup_s, shield=True):
+            async with self._renewing:  # a renewal in flight lands before the unlock
+                pass
+        with trio.move_on_after(self._cleanup_s, shield=True) as scope:
+            await self._append(job)
         if scope.cancelled_caught:
             logger.error("%s: updating conversation %s timed out", job.id, self.conversation_id)
+        await self.release()
+
+    async def _append(self, job: Job) -> None:
+        if job.status not in APPENDED_STATUSES:
+            return
+        if self.lost:
+            logger.warning(
+                "%s: its lock on conversation %s was lost while it ran; its items are not "
+                "added (the conversation may have moved on without it)",
+                job.id,
+                self.conversation_id,
+            )
+            return
+        items = [*job.input_items, *job.snapshot().get("output", [])]
+        added: list[dict[str, Any]] | None = []
+
+        async def append() -> None:
+            nonlocal added
+            added = await self._store.add_items(
+                self.conversation_id,
+                items,
+                owner=self.owner,
+                max_items=self._max_items,
+                max_bytes=self._max_bytes,
+            )
+
+        try:
+            await with_retries(append)
+        except ConversationFull as full:
+            bound = (
+                f"{self._max_items} items"
+                if full.held_bytes is None
+                else f"{self._max_bytes} bytes"
+            )
+            logger.warning(
+                "%s: its %d items are not added to conversation %s: it would hold more than %s",
+                job.id,
+                len(items),
+                self.conversation_id,
+                bound,
+            )
+        except StoreError as error:
+            logger.error(
+                "%s: its items could not be added to conversation %s: %s",
+                job.id,
+                self.conversation_id,
+                error,
+            )
+        else:
+            if added is None:
+                logger.warning(
+                    "%s: conversation %s is gone; its items are not added",
+                    job.id,
+                    self.conversation_id,
+                )
 
     async def release(self) -> None:
-        """Release the lock without adding anything (the response did not start)."""
-        with trio.move_on_after(self._cleanup_s, shield=True):
+        """Release the lock (without adding anything, unless `finish` did); shielded,
+        bounded by the cleanup budget, never raises a store failure."""
+        self._stopped = True
+        self._keep_scope.cancel()
+        with trio.move_on_after(self._cleanup_s, shield=True) as scope:
             await self._unlock()
+        if scope.cancelled_caught:
+            logger.warning(
+                "%s: releasing conversation %s timed out (its lease frees it)",
+                self.response_id,
+                self.conversation_id,
+            )
 
     async def _unlock(self) -> None:
         try:
@@ -193,8 +320,14 @@ class Conversations:
 
     @property
     def max_items(self) -> int:
-        """Most items a conversation holds through this API (``max_input_items``)."""
+        """Most items a conversation holds (``max_input_items``)."""
         return self._config.max_input_items
+
+    @property
+    def max_bytes(self) -> int:
+        """Most bytes a conversation holds (`conversation_bytes`): its tenant's share of
+        ``max_store_bytes``."""
+        return StoreLimits.of(self._config).share_bytes
 
     # -- conversations ---------------------------------------------------------------
 
@@ -310,7 +443,8 @@ class Conversations:
 
         Raises:
             InvalidRequestError: a bad body, or the conversation would hold more
-                than ``max_input_items`` items. NotFoundError: unknown conversation.
+                than ``max_input_items`` items or more than its tenant's byte share
+                (code ``conversation_too_large``). NotFoundError: unknown conversation.
         """
         check_includes(include)
         fields = _body(body, frozenset({"items"}))
@@ -325,12 +459,26 @@ class Conversations:
         items = await self._items(fields["items"], owner)
         try:
             added = await self._store.add_items(
-                conversation_id, items, owner=owner, max_items=self.max_items
+                conversation_id,
+                items,
+                owner=owner,
+                max_items=self.max_items,
+                max_bytes=self.max_bytes,
             )
         except ConversationFull as full:
+            if full.held_bytes is None:
+                message = (
+                    f"Conversation {conversation_id!r} holds {full.held} items; this server "
+                    f"keeps at most {self.max_items} in one conversation."
+                )
+            else:
+                message = (
+                    f"Conversation {conversation_id!r} holds {full.held_bytes} bytes; with "
+                    f"these items it would be larger than the {self.max_bytes} bytes this "
+                    "server keeps in one conversation."
+                )
             raise InvalidRequestError(
-                f"Conversation {conversation_id!r} holds {full.held} items; this server keeps "
-                f"at most {self.max_items} in one conversation. Start a new conversation.",
+                f"{message} Start a new conversation.",
                 param="items",
                 code="conversation_too_large",
             ) from None
@@ -382,38 +530,83 @@ class Conversations:
             raise _not_found(conversation_id, param="conversation")
         return items
 
-    async def begin(
-        self, request: CreateRequest, owner: str | None, response_id: str
-    ) -> ConversationTurn | None:
-        """Take the lock of the request's conversation for ``response_id`` (None
-        without ``conversation``).
+    def check_room(self, request: CreateRequest, context: Sequence[dict[str, Any]]) -> None:
+        """Refuse a response whose conversation and input together exceed
+        ``max_input_items`` (naming the conversation, not the input).
 
         Raises:
-            InvalidRequestError: another response runs on it (``conversation_locked``).
-            NotFoundError: the conversation is gone.
+            InvalidRequestError: param ``conversation``, code ``conversation_too_large``.
         """
-        conversation_id = request.conversation_id
+        total = len(context) + len(request.input_items)
+        if request.conversation_id is not None and total > self.max_items:
+            raise InvalidRequestError(
+                f"Conversation {request.conversation_id!r} holds {len(context)} items; with "
+                f"this request's {len(request.input_items)} input items that is more than the "
+                f"{self.max_items} this server accepts. Delete items from the conversation or "
+                "start a new one.",
+                param="conversation",
+                code="conversation_too_large",
+            )
+
+    async def begin(
+        self, prepared: PreparedRequest, owner: str | None, response_id: str
+    ) -> ConversationTurn | None:
+        """Take the lock of the request's conversation for ``response_id`` (None
+        without ``conversation``) and, for a `PreparedOnConversation`, check under
+        the lock that the conversation still holds the items its prompt was rendered
+        from. The lock is released again if this raises (or is cancelled).
+
+        Raises:
+            InvalidRequestError: another response runs on it, or one was added to it
+                since ``prepared`` was rendered (``conversation_locked``: retry).
+            NotFoundError: the conversation is gone.
+            StoreError: the state backend is unavailable.
+        """
+        conversation_id = prepared.request.conversation_id
         if conversation_id is None:
             return None
         lease_s = self._config.job_lease_s
-        held = await self._store.lock(conversation_id, response_id, owner=owner, lease_s=lease_s)
-        if held is None:
-            raise _not_found(conversation_id, param="conversation")
-        if not held:
-            raise InvalidRequestError(
-                "Another process is currently operating on this conversation. Please retry "
-                "in a few seconds, once its response has finished.",
-                param="conversation",
-                code="conversation_locked",
-            )
-        return ConversationTurn(
+        turn = ConversationTurn(
             self._store,
             conversation_id=conversation_id,
             owner=owner,
             response_id=response_id,
             lease_s=lease_s,
             cleanup_s=self._config.cleanup_timeout_s,
+            max_items=self.max_items,
+            max_bytes=self.max_bytes,
         )
+        held: bool | None = True  # until the store answers, it may have taken the lock
+        try:
+            held = await self._store.lock(
+                conversation_id, response_id, owner=owner, lease_s=lease_s
+            )
+            if held is None:
+                raise _not_found(conversation_id, param="conversation")
+            if not held:
+                raise InvalidRequestError(
+                    "Another process is currently operating on this conversation. Please "
+                    "retry in a few seconds, once its response has finished.",
+                    param="conversation",
+                    code="conversation_locked",
+                )
+            if isinstance(prepared, PreparedOnConversation):
+                items = await self._store.items(conversation_id, owner=owner)
+                if items is None:
+                    raise _not_found(conversation_id, param="conversation")
+                if context_ids(items) != prepared.context_ids:
+                    raise InvalidRequestError(
+                        f"Conversation {conversation_id!r} changed while this response was "
+                        "being prepared (another response on it finished). Retry the request: "
+                        "it will continue from the conversation as it is now.",
+                        param="conversation",
+                        code="conversation_locked",
+                    )
+        except BaseException:
+            if held:
+                await turn.release()
+            raise
+        return turn
 
     async def resolve_references(self, request: CreateRequest, owner: str | None) -> CreateRequest:
         """``request`` with each ``item_reference`` input item replaced by the item it names.

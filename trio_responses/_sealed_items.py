@@ -48,7 +48,9 @@ def seal_summary(sealer: Sealer, summary: str, *, owner: str | None) -> str:
     return sealer.seal("compaction", {"summary": summary}, owner=owner)
 
 
-def item_opener(sealer: Sealer, owner: str | None) -> Unseal:
+def item_opener(
+    sealer: Sealer, owner: str | None, *, context_param: str = "previous_response_id"
+) -> Unseal:
     """Opens the sealed items of ``owner``'s conversation for the prompt.
 
     A reasoning item of the request's input with ``encrypted_content`` gets its
@@ -57,19 +59,22 @@ def item_opener(sealer: Sealer, owner: str | None) -> Unseal:
     becomes a developer message holding its summary. Other items pass through.
     The opener raises `InvalidRequestError` (``invalid_encrypted_content``) for
     a blob that does not open: its ``param`` names the item's
-    ``encrypted_content``, or ``previous_response_id`` for an earlier item.
+    ``encrypted_content``, or ``context_param`` for an earlier item (the
+    ``previous_response_id`` or ``conversation`` it came from).
     """
 
     def unseal(item: InputItem, where: str | None) -> InputItem:
+        # The param a blob that does not open is named by: the item, or where it came from.
+        param = context_param if where is None else f"{where}.encrypted_content"
         if isinstance(item, ReasoningItem) and item.encrypted_content is not None:
             if where is None and item.content:
                 return item
-            text = _open(sealer, "reasoning", item.encrypted_content, owner, where, "text")
+            text = _open(sealer, "reasoning", item.encrypted_content, owner, param, "text")
             return item.model_copy(
                 update={"content": [ReasoningText(type="reasoning_text", text=text)]}
             )
         if isinstance(item, CompactionItem):
-            summary = _open(sealer, "compaction", item.encrypted_content, owner, where, "summary")
+            summary = _open(sealer, "compaction", item.encrypted_content, owner, param, "summary")
             return MessageItem(role="developer", content=SUMMARY_PREFIX + summary, id=item.id)
         return item
 
@@ -77,9 +82,8 @@ def item_opener(sealer: Sealer, owner: str | None) -> Unseal:
 
 
 def _open(
-    sealer: Sealer, purpose: Purpose, blob: str, owner: str | None, where: str | None, key: str
+    sealer: Sealer, purpose: Purpose, blob: str, owner: str | None, param: str, key: str
 ) -> str:
-    param = f"{where}.encrypted_content" if where is not None else "previous_response_id"
     payload: dict[str, Any] = sealer.open(purpose, blob, owner=owner, param=param)
     value = payload.get(key)
     if not isinstance(value, str):  # sealed by this key, but not as this server seals

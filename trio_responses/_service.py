@@ -34,7 +34,7 @@ import trio
 
 from ._compaction import compacted_response, parse_compact_request, summarizing_request
 from ._config import Config
-from ._conversations import Conversations
+from ._conversations import Conversations, on_conversation
 from ._exceptions import InvalidRequestError, NotFoundError
 from ._offload import estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
@@ -243,7 +243,9 @@ class ResponsesService:
                 as `create`.
         """
         response_id = new_id("resp")
-        turn = await self.conversations.begin(prepared.request, owner, response_id)
+        # Under the conversation's lock, the conversation is checked to be the one the
+        # prompt was rendered from (another response may have finished meanwhile).
+        turn = await self.conversations.begin(prepared, owner, response_id)
         try:
             return await self._runner.start(prepared, owner=owner, turn=turn)
         except BaseException:
@@ -288,14 +290,19 @@ class ResponsesService:
         check_request(request, self.config, self.pool)
         request = await self.conversations.resolve_references(request, owner)
         context = await self._previous_context(request, owner, local)
+        context_param = "previous_response_id"
         if request.conversation_id is not None:
             context = await self.conversations.context(request.conversation_id, owner)
+            self.conversations.check_room(request, context)
+            context_param = "conversation"
         # Sealed reasoning and compaction items open for their owner only (400 otherwise).
-        unseal = item_opener(self.sealer, owner)
+        unseal = item_opener(self.sealer, owner, context_param=context_param)
         prepared = await offload(
             estimated_size((request, context)),
             partial(prepare, request, context, config=self.config, unseal=unseal),
         )
+        if request.conversation_id is not None:
+            prepared = on_conversation(prepared, context)
         if INCLUDE_REASONING in request.include:
             prepared = replace(prepared, seal_reasoning=reasoning_sealer(self.sealer, owner))
         return prepared
@@ -635,7 +642,7 @@ class ResponsesService:
         return len(recovered)
 
     async def _maintain(self) -> NoReturn:
-        """Expire records and logs, recover interrupted responses.
+        """Expire records, logs and conversations, recover interrupted responses.
 
         This function never returns unless cancelled.
         """
@@ -649,6 +656,7 @@ class ResponsesService:
                 await self._runner.retry_unrecorded()
                 await self.state.logs.expire()
                 await self.state.store.expire()
+                await self.state.conversations.expire()
                 await self.recover_interrupted()
             except StoreError as error:
                 logger.warning("state maintenance failed (retrying later): %s", error)

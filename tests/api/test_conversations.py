@@ -22,7 +22,10 @@ from openai.types.conversations import Conversation
 from tests.conftest import StartServer
 from tests.redis_server import RedisServer
 from tests.support import MODEL, Server, run_server, validate_response
-from trio_responses import Config
+from trio_responses import Config, InvalidRequestError
+from trio_responses._conversations import ConversationTurn
+from trio_responses.store.base import State, StoredConversation
+from trio_responses.store.open import open_state
 
 KEYS = ("key-a", "key-b")
 LONG = "tokens:5000 delay:10"
@@ -278,3 +281,148 @@ async def test_sqlite_keeps_conversations_across_a_restart(tmp_path: pathlib.Pat
         assert "kept on disk" in answer.output_text
         assert len(await item_ids(client, conversation.id)) == 2 + len(answer.output)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_response_prepared_before_another_finished_is_refused(
+    start_server: StartServer, store_url: str
+) -> None:
+    """B is prepared (its prompt rendered from the conversation), A runs to completion,
+    then B starts: B would run without A's turn, so it is refused, and a retry sees A."""
+    server = await start_server(store_url=store_url)
+    service = server.service
+    conversation = await server.client.conversations.create(items=[user("hello")])
+    body = {"model": MODEL, "input": SUMMARIZE, "conversation": conversation.id}
+    stale = await service.prepare(body)
+    first = await service.create(
+        {"model": MODEL, "input": "A turn", "conversation": conversation.id}
+    )
+    assert (await first.wait())["status"] == "completed"
+    with pytest.raises(InvalidRequestError) as changed:
+        await service.start(stale)
+    assert changed.value.code == "conversation_locked" and changed.value.param == "conversation"
+    # The refusal released the lock; the retry continues from A's turn.
+    retried = await server.client.responses.create(**body)  # type: ignore[call-overload]
+    assert "A turn" in retried.output_text and "hello" in retried.output_text
+
+
+async def test_a_conversation_is_bounded_by_its_byte_share(start_server: StartServer) -> None:
+    server = await start_server(max_store_bytes=4000)
+    client = server.client
+    conversation = await client.conversations.create(items=[user("a" * 1000)])
+    await client.conversations.items.create(conversation.id, items=[user("b" * 1000)])
+    with pytest.raises(openai.BadRequestError) as full:
+        await client.conversations.items.create(
+            conversation.id, items=[user("c" * 1000), user("d" * 1000)]
+        )
+    assert full.value.code == "conversation_too_large"
+    assert full.value.body["param"] == "items"  # type: ignore[index]
+    assert "bytes" in full.value.message
+    assert len(await item_ids(client, conversation.id)) == 2  # nothing was added
+    # A response whose items would not fit completes, but is not appended.
+    response = await client.responses.create(
+        model=MODEL, input="e" * 1500, conversation=conversation.id
+    )
+    assert response.status == "completed"
+    assert len(await item_ids(client, conversation.id)) == 2
+    # The conversation was not evicted to make room: it is still there, and usable.
+    assert (await client.conversations.retrieve(conversation.id)).id == conversation.id
+
+
+async def test_a_full_conversation_is_named_in_the_error(start_server: StartServer) -> None:
+    server = await start_server(max_input_items=4)
+    client = server.client
+    conversation = await client.conversations.create(items=[user("a"), user("b")])
+    # Its answer (reasoning and message) would take the conversation past 4 items.
+    done = await client.responses.create(model=MODEL, input="c", conversation=conversation.id)
+    assert done.status == "completed"
+    assert len(await item_ids(client, conversation.id)) == 2  # not appended past the bound
+    await client.conversations.items.create(conversation.id, items=[user("c"), user("d")])
+    with pytest.raises(openai.BadRequestError) as full:
+        await client.responses.create(model=MODEL, input="e", conversation=conversation.id)
+    assert full.value.code == "conversation_too_large"
+    assert full.value.body["param"] == "conversation"  # type: ignore[index]
+
+
+async def test_an_empty_item_list(server: Server) -> None:
+    conversation = await server.client.conversations.create()
+    page = await server.client.conversations.items.list(conversation.id)
+    # The SDK's page types last_id as optional: null when empty, as OpenAI's lists.
+    assert page.data == [] and not page.has_more and page.last_id is None
+    assert [item async for item in server.client.conversations.items.list(conversation.id)] == []
+    raw = (await server.http.get(f"/v1/conversations/{conversation.id}/items")).json()
+    assert raw == {
+        "object": "list",
+        "data": [],
+        "first_id": None,
+        "last_id": None,
+        "has_more": False,
+    }
+
+
+class _FinishedJob:
+    """What `ConversationTurn.finish` reads of a job."""
+
+    id = "resp_a"
+    status = "completed"
+    input_items = [{"type": "message", "id": "msg_in", "role": "user", "content": []}]
+
+    def snapshot(self) -> dict[str, object]:
+        return {"output": []}
+
+
+@asynccontextmanager
+async def _turn(store_url: str, lease_s: float) -> AsyncIterator[tuple[ConversationTurn, State]]:
+    async with open_state(store_url, Config(store_url=store_url)) as state:
+        await state.conversations.create(
+            StoredConversation(
+                {"id": "conv_1", "object": "conversation", "created_at": 1, "metadata": {}}, None
+            ),
+            [],
+        )
+        assert await state.conversations.lock("conv_1", "resp_a", owner=None, lease_s=lease_s)
+        turn = ConversationTurn(
+            state.conversations,
+            conversation_id="conv_1",
+            owner=None,
+            response_id="resp_a",
+            lease_s=lease_s,
+            cleanup_s=5.0,
+        )
+        yield turn, state
+
+
+async def test_a_finished_turn_stops_renewing_before_it_unlocks(store_url: str) -> None:
+    async with _turn(store_url, 0.15) as (turn, state):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(turn.keep)
+            await turn.finish(_FinishedJob())  # type: ignore[arg-type]
+            # Renewal has stopped: the lock stays free for several renewal periods.
+            for index in range(4):
+                await trio.sleep(0.06)
+                holder = f"resp_{index}"
+                assert await state.conversations.lock("conv_1", holder, owner=None, lease_s=0.01)
+            nursery.cancel_scope.cancel()
+        items = await state.conversations.items("conv_1", owner=None)
+        assert [item["id"] for item in items or []] == ["msg_in"]
+
+
+async def test_a_turn_that_lost_its_lease_adds_nothing(store_url: str) -> None:
+    async with _turn(store_url, 0.05) as (turn, state):
+        await trio.sleep(0.1)  # the lease runs out without a renewal
+        assert await state.conversations.lock("conv_1", "resp_b", owner=None, lease_s=60)
+        assert turn.lost
+        await turn.finish(_FinishedJob())  # type: ignore[arg-type]
+        assert await state.conversations.items("conv_1", owner=None) == []
+        # Its unlock left the other holder's lock alone.
+        assert not await state.conversations.lock("conv_1", "resp_c", owner=None, lease_s=60)
+
+
+async def test_a_sealed_item_of_a_conversation_that_does_not_open_names_it(
+    server: Server,
+) -> None:
+    sealed = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "bogus"}
+    conversation = await server.client.conversations.create(items=[sealed])  # type: ignore[list-item]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await server.client.responses.create(model=MODEL, input="hi", conversation=conversation.id)
+    assert refused.value.code == "invalid_encrypted_content"
+    assert refused.value.body["param"] == "conversation"  # type: ignore[index]

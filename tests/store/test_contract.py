@@ -28,6 +28,8 @@ from trio_responses.store.base import (
     State,
     StoredConversation,
     StoredResponse,
+    conversation_bytes,
+    encoded,
     record_bytes,
 )
 from trio_responses.store.open import open_state
@@ -608,3 +610,37 @@ async def test_conversations_expire_after_their_last_use(store_url: str) -> None
         assert await conversations.get("conv_1", owner=OWNER) is None
         assert await conversations.items("conv_1", owner=OWNER) is None
         assert await conversations.find_item("msg_a", owner=OWNER) is None
+
+
+async def test_a_conversation_is_bounded_by_bytes(store_url: str) -> None:
+    async with opened(store_url) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation(), [_item("msg_a", "x" * 100)])
+        held = await conversations.items("conv_1", owner=OWNER)
+        assert held is not None
+        size = conversation_bytes(_conversation().conversation, held)
+        big = _item("msg_b", "y" * 100)
+        with pytest.raises(ConversationFull) as full:
+            await conversations.add_items("conv_1", [big], owner=OWNER, max_bytes=size + 50)
+        assert full.value.held == 1 and full.value.held_bytes == size
+        assert [i["id"] for i in await conversations.items("conv_1", owner=OWNER) or []] == [
+            "msg_a"
+        ]
+        bound = size + len(encoded(big).encode())
+        assert await conversations.add_items("conv_1", [big], owner=OWNER, max_bytes=bound) == [big]
+
+
+async def test_removed_conversation_items_are_not_found(store_url: str) -> None:
+    async with opened(store_url) as state:
+        conversations = state.conversations
+        await conversations.create(_conversation("conv_1"), [_item("msg_a", "older")])
+        await conversations.create(_conversation("conv_2"), [_item("msg_a", "newer")])
+        assert await conversations.find_item("msg_a", owner=OWNER) == _item("msg_a", "newer")
+        assert await conversations.delete_item("conv_2", "msg_a", owner=OWNER)
+        assert await conversations.find_item("msg_a", owner=OWNER) == _item("msg_a", "older")
+        assert await conversations.delete("conv_1", owner=OWNER)
+        assert await conversations.find_item("msg_a", owner=OWNER) is None
+        # Another owner's item with the same id is neither found nor in the way.
+        await conversations.create(_conversation("conv_3", owner=STRANGER), [_item("msg_a")])
+        assert await conversations.find_item("msg_a", owner=OWNER) is None
+        assert await conversations.find_item("msg_a", owner=STRANGER) == _item("msg_a")

@@ -291,12 +291,15 @@ class StoredConversation:
 
 
 class ConversationFull(Exception):
-    """Adding items would take a conversation past its bound on items."""
+    """Adding items would take a conversation past its bound on items or bytes."""
 
-    def __init__(self, held: int) -> None:
-        super().__init__(held)
+    def __init__(self, held: int, *, held_bytes: int | None = None) -> None:
+        super().__init__(held, held_bytes)
         self.held = held
         """The items it holds now."""
+        self.held_bytes = held_bytes
+        """Its size now (`conversation_bytes`) when the byte bound was hit; None when
+        the bound on items was."""
 
 
 class ConversationStore(Protocol):
@@ -344,14 +347,16 @@ class ConversationStore(Protocol):
         *,
         owner: str | None,
         max_items: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[dict[str, Any]] | None:
         """Append items (each with an ``id``), atomically; those whose id the
         conversation holds already are left out. Returns the items added, or None
         for an unknown conversation.
 
         Raises:
-            ConversationFull: it would hold more than ``max_items`` (None: no bound;
-                nothing is added).
+            ConversationFull: it would hold more than ``max_items`` items or be larger
+                than ``max_bytes`` (`conversation_bytes`; None: no bound); nothing is
+                added.
         """
         ...
 

@@ -321,6 +321,7 @@ class MemoryConversations:
         *,
         owner: str | None,
         max_items: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[dict[str, Any]] | None:
         await trio.lowlevel.checkpoint()
         conversation = self._live(conversation_id, owner)
@@ -329,6 +330,14 @@ class MemoryConversations:
         new = {item["id"] for item in items} - conversation.items.keys()
         if max_items is not None and len(conversation.items) + len(new) > max_items:
             raise ConversationFull(len(conversation.items))
+        if max_bytes is not None:
+            size, seen = conversation.bytes, set(conversation.items)
+            for item in items:
+                if item["id"] not in seen:
+                    seen.add(item["id"])
+                    size += len(encoded(item).encode())
+            if size > max_bytes:
+                raise ConversationFull(len(conversation.items), held_bytes=conversation.bytes)
         added = self._add(conversation_id, conversation, items)
         self._used(conversation_id, conversation)
         return added

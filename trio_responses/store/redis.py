@@ -36,9 +36,11 @@ Key layout (``PREFIX`` is ``trio-responses:``)::
     PREFIX retained         zset    id of each finished log, scored by its finish time
     PREFIX retained:bytes   hash    finished log id → its bytes (logmeta's, when it finished)
     PREFIX retained:total   string  the sum of retained:bytes
-    PREFIX item:{item id}   set     "r:{response id}", "c:{conversation id}": the finished
-                                    records and conversations holding the item (a hint:
-                                    readers check the source); PX store_ttl_s
+    PREFIX item:{owner}:{item id}  zset "r:{response id}", "c:{conversation id}": the
+                                    owner's finished records and conversations holding
+                                    the item, scored by when they took it (a hint: readers
+                                    check the newest few, forgetting those that no longer
+                                    hold it); the newest _ITEM_SOURCES kept; PX store_ttl_s
     PREFIX conversation:{id}        hash owner ("" without), object (JSON), bytes,
                                     holder, lock_until (ms): PX store_ttl_s after last use
     PREFIX conversation:{id}:ids    list its item ids in order (same TTL)
@@ -672,20 +674,41 @@ return reply
 """
 )
 
-_INDEX_ITEMS = """
+_ITEM_SOURCES = 16
+"""The sources an item index keeps (its newest) and a lookup checks, at most."""
+
+_INDEX_ITEM = f"""
+-- Index item `id` of `owner` as held by `source` (now), keeping the newest sources.
+local function index_item(prefix, owner, id, source, ttl_ms)
+  local key = prefix .. 'item:' .. owner .. ':' .. id
+  local t = redis.call('TIME')
+  redis.call('ZADD', key, tonumber(t[1]) * 1000000 + tonumber(t[2]), source)
+  redis.call('ZREMRANGEBYRANK', key, 0, -{_ITEM_SOURCES + 1})
+  redis.call('PEXPIRE', key, ttl_ms)
+end
+
+-- Forget that `source` holds item `id` of `owner`.
+local function unindex_item(prefix, owner, id, source)
+  redis.call('ZREM', prefix .. 'item:' .. owner .. ':' .. id, source)
+end
+"""
+
+_INDEX_ITEMS = (
+    _INDEX_ITEM
+    + """
 -- KEYS: none. ARGV: source ("r:" response id or "c:" conversation id), ttl_ms, prefix,
--- then item ids. Each item's set of sources; a source whose record is gone is
--- skipped by the reader (the set lives no longer than its newest source's TTL).
-for i = 4, #ARGV do
-  local key = ARGV[3] .. 'item:' .. ARGV[i]
-  redis.call('SADD', key, ARGV[1])
-  redis.call('PEXPIRE', key, ARGV[2])
+-- owner ("" without), then item ids. A source whose record is gone is skipped (and
+-- forgotten) by the reader; the index lives no longer than its newest source's TTL.
+for i = 5, #ARGV do
+  index_item(ARGV[3], ARGV[4], ARGV[i], ARGV[1], ARGV[2])
 end
 return 1
 """
+)
 
 _CONVERSATIONS = (
     _RECORDS
+    + _INDEX_ITEM
     + """
 -- One conversation and its tenant's index: c = {meta, ids, items, index, total, sizes,
 -- id, owner, ttl_ms, max, max_bytes, prefix}, from KEYS[1..6] and ARGV[1..6].
@@ -721,6 +744,12 @@ local function used(c)
     sum = sum - tonumber(redis.call('HGET', c.sizes, oldest) or '0')
     redis.call('HDEL', c.sizes, oldest)
     local key = c.prefix .. 'conversation:' .. oldest
+    local owner = redis.call('HGET', key, 'owner')
+    if owner then
+      for _, item in ipairs(redis.call('LRANGE', key .. ':ids', 0, -1)) do
+        unindex_item(c.prefix, owner, item, 'c:' .. oldest)
+      end
+    end
     redis.call('DEL', key, key .. ':ids', key .. ':items')
     count = count - 1
   end
@@ -735,9 +764,7 @@ local function add(c, from)
     if redis.call('HSETNX', c.items, ARGV[i], ARGV[i + 1]) == 1 then
       redis.call('RPUSH', c.ids, ARGV[i])
       redis.call('HINCRBY', c.meta, 'bytes', #ARGV[i + 1])
-      local key = c.prefix .. 'item:' .. ARGV[i]
-      redis.call('SADD', key, 'c:' .. c.id)
-      redis.call('PEXPIRE', key, int(c.ttl_ms))
+      index_item(c.prefix, c.owner, ARGV[i], 'c:' .. c.id, int(c.ttl_ms))
       added[#added + 1] = ARGV[i]
     end
   end
@@ -751,6 +778,12 @@ _CONVERSATION_CREATE = (
     + """
 -- ARGV[7]: the conversation object (JSON); ARGV[8..]: items (id, json pairs)
 local c = conv()
+local old = redis.call('HGET', c.meta, 'owner')
+if old then
+  for _, item in ipairs(redis.call('LRANGE', c.ids, 0, -1)) do
+    unindex_item(c.prefix, old, item, 'c:' .. c.id)
+  end
+end
 redis.call('DEL', c.meta, c.ids, c.items)
 redis.call('HSET', c.meta, 'owner', c.owner, 'object', ARGV[7], 'bytes', int(#ARGV[7]))
 add(c, 8)
@@ -780,16 +813,21 @@ elseif what == 'update' then  -- ARGV[8]: the new object
   local old = redis.call('HGET', c.meta, 'object')
   redis.call('HSET', c.meta, 'object', ARGV[8])
   redis.call('HINCRBY', c.meta, 'bytes', #ARGV[8] - #old)
-elseif what == 'add' then  -- ARGV[8]: most items ('' none), ARGV[9..]: id, json pairs
-  if ARGV[8] ~= '' then
-    local new = 0
-    for i = 9, #ARGV, 2 do
-      if redis.call('HEXISTS', c.items, ARGV[i]) == 0 then new = new + 1 end
+elseif what == 'add' then
+  -- ARGV[8]: most items, ARGV[9]: most bytes ('' none), ARGV[10..]: id, json pairs
+  local new, grown, seen = 0, 0, {}
+  for i = 10, #ARGV, 2 do
+    if not seen[ARGV[i]] and redis.call('HEXISTS', c.items, ARGV[i]) == 0 then
+      seen[ARGV[i]] = true
+      new = new + 1
+      grown = grown + #ARGV[i + 1]
     end
-    local held = redis.call('LLEN', c.ids)
-    if held + new > tonumber(ARGV[8]) then return {-1, held} end
   end
-  reply = add(c, 9)
+  local held = redis.call('LLEN', c.ids)
+  if ARGV[8] ~= '' and held + new > tonumber(ARGV[8]) then return {-1, held} end
+  local size = tonumber(redis.call('HGET', c.meta, 'bytes') or '0')
+  if ARGV[9] ~= '' and size + grown > tonumber(ARGV[9]) then return {-2, held, size} end
+  reply = add(c, 10)
   table.insert(reply, 1, 1)
 elseif what == 'delete_item' then
   local item = redis.call('HGET', c.items, ARGV[8])
@@ -799,6 +837,7 @@ elseif what == 'delete_item' then
     redis.call('HDEL', c.items, ARGV[8])
     redis.call('LREM', c.ids, 0, ARGV[8])
     redis.call('HINCRBY', c.meta, 'bytes', -#item)
+    unindex_item(c.prefix, c.owner, ARGV[8], 'c:' .. c.id)
   end
 elseif what == 'lock' then  -- ARGV[8]: holder, ARGV[9]: lease in ms
   local t = redis.call('TIME')
@@ -821,6 +860,9 @@ _CONVERSATION_DELETE = (
     + """
 local c = conv()
 if not mine(c) then return 0 end
+for _, item in ipairs(redis.call('LRANGE', c.ids, 0, -1)) do
+  unindex_item(c.prefix, c.owner, item, 'c:' .. c.id)
+end
 redis.call('DEL', c.meta, c.ids, c.items)
 if redis.call('ZREM', c.index, c.id) == 1 then
   redis.call('DECRBY', c.total, int(tonumber(redis.call('HGET', c.sizes, c.id) or '0')))
@@ -999,7 +1041,7 @@ class RedisStore:
             await self._redis.run(
                 self._redis.index_items,
                 keys=[],
-                args=[f"r:{record.id}", self._ttl_ms, PREFIX, *item_ids],
+                args=[f"r:{record.id}", self._ttl_ms, PREFIX, record.owner or "", *item_ids],
             )
 
     async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
@@ -1117,23 +1159,30 @@ async def _find_item(
     responses: RedisStore | None = None,
     conversations: RedisConversations | None = None,
 ) -> dict[str, Any] | None:
-    """An item of ``owner`` with ``item_id``: from the sources its index set names (of
-    the kind asked for), checked against the records as they are now."""
-    sources = sorted(
-        (_text(raw) for raw in await _io(redis.commands.smembers(f"{PREFIX}item:{item_id}"))),
-        reverse=True,
-    )
-    for source in sources:
+    """An item of ``owner`` with ``item_id``: from the newest `_ITEM_SOURCES` sources
+    its index names (of the kind asked for), checked against the records as they are
+    now; a source that no longer holds the item is forgotten."""
+    key = f"{PREFIX}item:{owner or ''}:{item_id}"
+    newest = await _io(redis.commands.zrange(key, 0, _ITEM_SOURCES - 1, rev=True))
+    gone: list[str] = []
+    found: dict[str, Any] | None = None
+    for source in (_text(raw) for raw in newest):
         kind, _, source_id = source.partition(":")
         if kind == "r" and responses is not None:
             record = await responses.get(source_id, owner=owner)
             if record is not None and not record.running and (item := record.item(item_id)):
-                return item
+                found = item
+                break
+            if record is None or not record.running:
+                gone.append(source)
         elif kind == "c" and conversations is not None:
             found = await conversations.get_item(source_id, item_id, owner=owner)
             if found is not None:
-                return found
-    return None
+                break
+            gone.append(source)
+    if gone:
+        await _io(redis.commands.zrem(key, gone))
+    return found
 
 
 @final
@@ -1220,14 +1269,18 @@ class RedisConversations:
         *,
         owner: str | None,
         max_items: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[dict[str, Any]] | None:
         pairs = [value for item in items for value in (item["id"], encoded(item))]
         most = "" if max_items is None else str(max_items)
-        reply = await self._use(conversation_id, owner, "add", most, *pairs)
+        most_bytes = "" if max_bytes is None else str(max_bytes)
+        reply = await self._use(conversation_id, owner, "add", most, most_bytes, *pairs)
         if reply is None:
             return None
         if int(reply[0]) == -1:
             raise ConversationFull(int(reply[1]))
+        if int(reply[0]) == -2:
+            raise ConversationFull(int(reply[1]), held_bytes=int(reply[2]))
         added = {_text(raw) for raw in reply[1:]}
         return [item for item in items if item["id"] in added]
 

@@ -635,11 +635,15 @@ class SqliteConversations:
         *,
         owner: str | None,
         max_items: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[dict[str, Any]] | None:
         def work() -> list[dict[str, Any]] | None:
             with self._db.transaction() as db:
                 if not self._live(db, conversation_id, owner):
                     return None
+                (held_bytes,) = db.execute(
+                    "SELECT bytes FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
                 if max_items is not None:
                     ids = {item["id"] for item in items}
                     held, present = db.execute(
@@ -650,6 +654,17 @@ class SqliteConversations:
                     if held + len(ids) - present > max_items:
                         raise ConversationFull(held)
                 added = self._add(db, conversation_id, items)
+                if max_bytes is not None:
+                    (size,) = db.execute(
+                        "SELECT bytes FROM conversations WHERE id = ?", (conversation_id,)
+                    ).fetchone()
+                    if size > max_bytes:
+                        (held,) = db.execute(
+                            "SELECT count(*) FROM conversation_items WHERE conversation_id = ?",
+                            (conversation_id,),
+                        ).fetchone()
+                        # Raised inside the transaction: it is rolled back, nothing added.
+                        raise ConversationFull(held - len(added), held_bytes=held_bytes)
                 self._evict(db, conversation_id, owner)
             return added
 
