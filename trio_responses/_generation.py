@@ -71,6 +71,13 @@ from .tools.toolbox import Toolbox, tool_json
 
 logger = logging.getLogger("trio_responses.generation")
 
+MAX_REPLACED_HEADERS = 4
+"""Headers a turn may have replaced (a tool addressed under ``tool_choice: "none"``)
+before the response fails: each replacement costs another engine request."""
+
+MAX_CHOICE_TOKENS = 64
+"""The most tokens one tool choice (`_choose`) may take."""
+
 
 @dataclass(frozen=True)
 class PromptPlan:
@@ -187,13 +194,19 @@ async def generate_response(
             message = str(error) if isinstance(error, EngineError) else f"{error}."
             job.finish("failed", error=_error(message))
             return
+        # A steered turn's tool choice took output tokens no item shows.
+        hidden = max(0, result.output_tokens - len(translator.tokens)) if steering.active else 0
         _count(
-            job, translator, prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens
+            job,
+            translator,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=result.cached_tokens,
+            hidden_tokens=hidden,
         )
         if timer is not None:
             timer.turn_ended(translator.output_tokens)
         if budget is not None:
-            budget -= translator.output_tokens
+            budget -= translator.output_tokens + hidden
         outcome = translator.finish(result.finish_reason)
         call = outcome.call
         if outcome.kind == "tool_call" and call is not None:
@@ -238,8 +251,9 @@ async def _generate_turn(
     prefilled headers fed to ``sink`` as if generated. The result counts the
     turn's prompt once as input (cached tokens: the last request's hits, at
     most the prompt); output is every token the translator was fed, prefills
-    included. The tokens of a tool choice (`_choose`) are not output: the
-    chosen call's header is.
+    included, and so are the tokens of a tool choice (`_choose`), though no
+    item shows them: with the prefills they count against ``max_tokens``, and a
+    header that does not fit ends the turn (``length``) unwritten.
 
     Raises:
         EngineError: an engine request failed.
@@ -251,11 +265,13 @@ async def _generate_turn(
     message = special_tokens().message
     constraint: OutputConstraint | None = None
     phase = 0
+    chose = 0  # tokens of tool choices: output, though no item shows them
+    replaced = 0
     while True:
         done = translator.tokens
-        max_tokens = request.sampling.max_tokens - len(done)
+        max_tokens = request.sampling.max_tokens - len(done) - chose
         if max_tokens <= 0:
-            return GenerationResult("length", len(prompt), 0, len(done))
+            return GenerationResult("length", len(prompt), 0, len(done) + chose)
         gate = HeaderGate(steering, sink, in_header=not done or done[-1] != message)
         step = replace(
             request,
@@ -274,17 +290,47 @@ async def _generate_turn(
                 if decision.call:
                     steering = steering.satisfied()
                 continue
+            replaced += 1
+            if replaced > MAX_REPLACED_HEADERS:
+                raise MalformedOutput(
+                    f"The model addressed a tool {MAX_REPLACED_HEADERS} times although "
+                    "tool_choice does not allow it"
+                ) from None
+            # The tokens so far, fed during the interrupted request too.
+            so_far = [*prompt, *translator.tokens]
             first = not translator.tokens
+            room = request.sampling.max_tokens - len(translator.tokens) - chose
             if not decision.targets:
-                sink(final_header(first=first))
+                header = final_header(first=first)
+                if len(header) > room:  # no room for the header: the turn ends here
+                    return GenerationResult(
+                        "length", len(prompt), 0, len(so_far) - len(prompt) + chose
+                    )
+                sink(header)
                 schema = decision.final_schema
                 constraint = JsonConstraint(schema) if schema is not None else None
                 continue
             target = decision.targets[0]
             if len(decision.targets) > 1:
-                target = await _choose(engine, step, decision.targets, first=first)
+                prefix = choice_prefix(first=first)
+                if len(prefix) >= room:
+                    return GenerationResult(
+                        "length", len(prompt), 0, len(so_far) - len(prompt) + chose
+                    )
+                target, spent = await _choose(
+                    engine,
+                    replace(step, request_id=f"{step.request_id}.choice"),
+                    [*so_far, *prefix],
+                    decision.targets,
+                    max_tokens=room - len(prefix),
+                )
+                chose += spent
+                room -= spent
                 phase += 1
-            sink(call_header(target, first=first))
+            header = call_header(target, first=first)
+            if len(header) > room:
+                return GenerationResult("length", len(prompt), 0, len(so_far) - len(prompt) + chose)
+            sink(header)
             constraint = (
                 JsonConstraint(target.schema or ANY_OBJECT)
                 if target.content_type == "json"
@@ -297,26 +343,36 @@ async def _generate_turn(
             result.finish_reason,
             len(prompt),
             min(result.cached_tokens, len(prompt)),
-            len(translator.tokens),
+            len(translator.tokens) + chose,
         )
 
 
 async def _choose(
-    engine: Engine, step: GenerationRequest, targets: tuple[Target, ...], *, first: bool
-) -> Target:
-    """Let the model choose which of ``targets`` it calls (a choice-constrained request)."""
+    engine: Engine,
+    step: GenerationRequest,
+    prompt: list[int],
+    targets: tuple[Target, ...],
+    *,
+    max_tokens: int,
+) -> tuple[Target, int]:
+    """Let the model choose which of ``targets`` it calls (a choice-constrained request
+    continuing ``prompt``, which ends with `choice_prefix`); the target and the number
+    of tokens the choice took.
+
+    Raises:
+        EngineError: the engine request failed.
+    """
     chosen_tokens: list[int] = []
     await engine.generate(
         replace(
             step,
-            request_id=f"{step.request_id}.choice",
-            prompt_token_ids=[*step.prompt_token_ids, *choice_prefix(first=first)],
-            sampling=replace(step.sampling, max_tokens=min(step.sampling.max_tokens, 64)),
+            prompt_token_ids=prompt,
+            sampling=replace(step.sampling, max_tokens=min(max_tokens, MAX_CHOICE_TOKENS)),
             constraint=ChoiceConstraint(tuple(target.choice for target in targets)),
         ),
         chosen_tokens.extend,
     )
-    return chosen(targets, chosen_tokens)
+    return chosen(targets, chosen_tokens), len(chosen_tokens)
 
 
 async def _list_tools(job: Job, toolbox: Toolbox, label: str) -> list[ToolInfo]:
@@ -402,11 +458,18 @@ def _tool_result_tokens(call: ToolCall, output: str) -> list[int]:
     return render_tool_result(call.recipient, output, channel=channel)
 
 
-def _count(job: Job, translator: TurnTranslator, *, prompt_tokens: int, cached_tokens: int) -> None:
+def _count(
+    job: Job,
+    translator: TurnTranslator,
+    *,
+    prompt_tokens: int,
+    cached_tokens: int,
+    hidden_tokens: int = 0,
+) -> None:
     usage = job.builder.usage
     usage.input_tokens += prompt_tokens
     usage.cached_tokens += cached_tokens
-    usage.output_tokens += translator.output_tokens
+    usage.output_tokens += translator.output_tokens + hidden_tokens
     usage.reasoning_tokens += translator.reasoning_tokens
     job.turn_tokens = no_tokens  # counted in usage now
 

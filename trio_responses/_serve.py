@@ -74,7 +74,15 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     hconfig.backlog = 2048
     # A WebSocket message (a ``response.create`` event) may be as large as a request body.
     hconfig.websocket_max_message_size = config.max_body_bytes
+    # Idle WebSockets get a ping now and then, so that a connection whose peer is
+    # gone sees a write fail (TCP gives up, or `WriteDeadlines` does) and closes,
+    # rather than waiting for a message forever.
+    hconfig.websocket_ping_interval = WEBSOCKET_PING_INTERVAL_S
     return hconfig
+
+
+WEBSOCKET_PING_INTERVAL_S = 20.0
+"""Seconds between pings on an open WebSocket."""
 
 
 WRITE_PIECE_BYTES = 64 * 1024

@@ -8,9 +8,10 @@ reasoning before it stays free text.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 import jsonschema
+import trio
 from pydantic import BaseModel, Field
 
 from tests.support import MODEL, Server, check_stream, read_sse
@@ -158,3 +159,59 @@ async def test_invalid_schema_is_a_400(server: Server) -> None:
         assert error["param"] == "text.format.schema"
         assert error["code"] == "invalid_json_schema"
         assert fragment in error["message"]
+
+
+RECURSIVE = {
+    "type": "object",
+    "properties": {"v": {"$ref": "#/$defs/a"}},
+    "required": ["v"],
+    "additionalProperties": False,
+    "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}},
+}
+HUGE = {
+    "type": "array",
+    "minItems": 2000,
+    "items": {"type": "array", "minItems": 2000, "items": {"type": "array", "minItems": 2000}},
+}
+
+
+async def test_schemas_too_costly_to_answer_fail_cleanly(server: Server) -> None:
+    for schema in (RECURSIVE, HUGE, {"type": "string", "minLength": 3_000_000_000}):
+        async with trio.open_nursery() as nursery:
+            done = trio.Event()
+
+            async def ask(schema: dict[str, Any] = schema, done: trio.Event = done) -> None:
+                body = {
+                    "model": MODEL,
+                    "input": "hi",
+                    "text": {"format": {"type": "json_schema", "name": "x", "schema": schema}},
+                }
+                reply = await server.http.post("/v1/responses", json=body)
+                assert reply.status_code == 200
+                response = reply.json()
+                assert response["status"] == "failed"
+                assert "cannot build a value for this JSON schema" in response["error"]["message"]
+                done.set()
+
+            nursery.start_soon(ask)
+            with trio.fail_after(5):  # the server answers others meanwhile
+                assert (await server.http.get("/health")).status_code == 200
+            with trio.fail_after(30):
+                await done.wait()
+
+
+async def test_a_pattern_is_not_run_against_long_hints(server: Server) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"v": {"type": "string", "pattern": "^(a+)+$"}},
+        "required": ["v"],
+        "additionalProperties": False,
+    }
+    with trio.fail_after(10):
+        response = await server.client.responses.create(
+            model=MODEL,
+            input='{"v": "' + "a" * 40 + '!"}',
+            text={"format": {"type": "json_schema", "name": "x", "schema": schema}},
+        )
+    assert response.status == "completed"
+    jsonschema.validate(json.loads(response.output_text), schema)

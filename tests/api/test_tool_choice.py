@@ -200,3 +200,79 @@ async def test_agents_sdk_forced_tool_then_final_output(server: Server) -> None:
     final_output = await trio.to_thread.run_sync(lambda: asyncio.run(scenario()))
     assert len(seen) == 1
     assert final_output == "Tool result: sunny"
+
+
+async def test_the_choice_among_tools_continues_the_turn_so_far(
+    server: Server, monkeypatch: Any
+) -> None:
+    from trio_responses.harmony.encoding import get_encoding
+
+    engine = server.service.engine
+    original = engine.generate
+    prompts: list[tuple[str, str]] = []
+
+    async def generate(request: Any, sink: Any) -> Any:
+        prompts.append((type(request.constraint).__name__, request.prompt_token_ids))
+        return await original(request, sink)
+
+    monkeypatch.setattr(engine, "generate", generate)
+    response = await server.client.responses.create(
+        model=MODEL, input="Just chat.", tools=[WEATHER, TIME], tool_choice="required"
+    )
+    assert [item.type for item in response.output] == ["reasoning", "function_call"]
+    encoding = get_encoding()
+    (choice,) = [encoding.decode(list(p)) for kind, p in prompts if kind == "ChoiceConstraint"]
+    turn = choice[choice.rindex("<|start|>user") :]
+    # The choice sees the reasoning already written, then one new message header.
+    assert turn.endswith(
+        "<|start|>assistant<|channel|>analysis<|message|>Thinking about: Just chat.<|end|>"
+        "<|start|>assistant<|channel|>"
+    ), turn
+    assert "<|start|>assistant<|start|>assistant" not in choice
+
+
+async def test_forced_calls_stay_within_max_output_tokens(server: Server) -> None:
+    for tools in ([WEATHER], [WEATHER, TIME]):
+        for limit in (16, 20):
+            response = await server.client.responses.create(
+                model=MODEL,
+                input="What now?",
+                tools=tools,
+                tool_choice="required",
+                max_output_tokens=limit,
+            )
+            assert response.status == "incomplete"
+            assert response.incomplete_details is not None
+            assert response.incomplete_details.reason == "max_output_tokens"
+            assert response.usage is not None and response.usage.output_tokens <= limit
+    # With room enough, the call is made and its tokens (the choice's too) are counted.
+    roomy = await server.client.responses.create(
+        model=MODEL, input="What now?", tools=[WEATHER, TIME], tool_choice="required"
+    )
+    (call,) = _calls(roomy.output)
+    assert call.name in ("get_weather", "get_time")
+    assert roomy.usage is not None and roomy.usage.output_tokens > 20
+
+
+async def test_invalid_function_parameters_are_a_400(server: Server) -> None:
+    for parameters, fragment in (
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "does not resolve"),
+        ({"type": "object", "properties": {"a": {"minLength": "5"}}}, "is not of type"),
+    ):
+        tool = {"type": "function", "name": "f", "parameters": parameters}
+        body = {"model": MODEL, "input": "go", "tools": [WEATHER, tool], "tool_choice": "required"}
+        reply = await server.http.post("/v1/responses", json=body)
+        assert reply.status_code == 400, parameters
+        error = reply.json()["error"]
+        assert error["param"] == "tools[1].parameters"
+        assert error["code"] == "invalid_json_schema"
+        assert fragment in error["message"] and "'f'" in error["message"]
+    # No parameters, or {}, are fine (any arguments).
+    for tool in (
+        {"type": "function", "name": "f"},
+        {"type": "function", "name": "f", "parameters": {}},
+    ):
+        body = {"model": MODEL, "input": "go", "tools": [tool], "tool_choice": "required"}
+        reply = await server.http.post("/v1/responses", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["output"][-1]["type"] == "function_call"

@@ -22,6 +22,7 @@ from openai.resources.responses.responses import AsyncResponsesConnection
 
 from tests.support import MODEL, TERMINAL_TYPES, Server, check_stream, read_sse
 from trio_responses import ResponseHandle
+from trio_responses.api.websocket import ResponsesSocket
 
 T = TypeVar("T")
 SCENARIO_TIMEOUT_S = 60.0
@@ -291,6 +292,94 @@ async def test_a_second_create_while_one_is_in_flight_is_refused(server: Server)
     assert response["status"] == "completed"
     assert response["usage"]["output_tokens"] >= 60
     assert output_text(after) == "You said: now me"
+
+
+async def test_pipelined_creates_after_an_error_never_run_two_responses_at_once(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    creates = [
+        create("first", previous_response_id="resp_missing"),
+        *(create(f"{name} tokens:40 delay:5") for name in ("b", "c", "d")),
+    ]
+    # The first error event is slow to go out (a slow network): the next create
+    # is read and dispatched while it is being sent.
+    dispatched = 0
+    second = trio.Event()
+    dispatch, send_error = ResponsesSocket._dispatch, ResponsesSocket._send_error
+
+    async def counting_dispatch(self: ResponsesSocket, *args: Any) -> None:
+        nonlocal dispatched
+        await dispatch(self, *args)
+        dispatched += 1
+        if dispatched == 2:
+            second.set()
+
+    async def slow_send_error(self: ResponsesSocket, error: Exception, **kwargs: Any) -> None:
+        if getattr(error, "code", None) == "previous_response_not_found":
+            with trio.fail_after(SCENARIO_TIMEOUT_S):
+                await second.wait()
+        await send_error(self, error, **kwargs)
+
+    monkeypatch.setattr(ResponsesSocket, "_dispatch", counting_dispatch)
+    monkeypatch.setattr(ResponsesSocket, "_send_error", slow_send_error)
+
+    async def scenario() -> list[dict[str, Any]]:
+        client = sdk_client(server)
+        try:
+            async with client.responses.connect() as connection:
+                for event in creates:  # all at once, without waiting for answers
+                    await connection.send(event)
+                events: list[dict[str, Any]] = []
+                answered = 0  # each create gets an error event or a terminal event
+                while answered < len(creates):
+                    event = json.loads(await connection.recv_bytes())
+                    events.append(event)
+                    answered += event["type"] == "error" or event["type"] in TERMINAL_TYPES
+                await connection.send(create("last"))
+                events.extend(await read_response(connection))
+                return events
+        finally:
+            await client.close()
+
+    events = await in_asyncio(scenario)
+    errors = [e["error"]["code"] for e in events if e["type"] == "error"]
+    assert errors.count("previous_response_not_found") == 1
+    streaming: str | None = None
+    for event in events:
+        if event["type"] == "response.created":
+            assert streaming is None, f"{event['response']['id']} started inside {streaming}"
+            streaming = event["response"]["id"]
+        elif event["type"] in TERMINAL_TYPES:
+            assert streaming == event["response"]["id"]
+            streaming = None
+        elif event["type"] != "error":
+            assert streaming is not None, f"{event['type']} outside a response"
+    finished = [e["response"] for e in events if e["type"] in TERMINAL_TYPES]
+    assert finished and all(r["status"] == "completed" for r in finished)
+    assert output_text(finished[-1]) == "You said: last"
+    refused = [code for code in errors if code != "previous_response_not_found"]
+    assert all(code == "response_already_in_flight" for code in refused)
+    # Each of the three pipelined creates ran or was refused; "last" ran.
+    assert len(refused) + len(finished) == 3 + 1
+
+
+async def test_a_failed_response_is_not_kept_for_previous_response_id(server: Server) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        client = sdk_client(server)
+        try:
+            async with client.responses.connect() as connection:
+                await connection.send(create("fail:3 tokens:10", store=False))
+                failed = terminal(await read_response(connection))
+                await connection.send(create("again", previous_response_id=failed["id"]))
+                return failed, await read_error(connection)
+        finally:
+            await client.close()
+
+    failed, error = await in_asyncio(scenario)
+    assert failed["status"] == "failed"
+    assert error["status"] == 400
+    assert error["error"]["code"] == "previous_response_not_found"
+    assert error["error"]["param"] == "previous_response_id"
 
 
 async def test_api_keys_are_checked_at_the_upgrade(start_server: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import time
 from datetime import date, datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -15,7 +16,12 @@ from hypothesis import strategies as st
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
-from trio_responses.engine.schema_instance import SchemaInstanceError, dumps, instance
+from trio_responses.engine.schema_instance import (
+    SchemaInstanceError,
+    SchemaTooLargeError,
+    dumps,
+    instance,
+)
 
 SCHEMAS: list[dict[str, Any]] = [
     {},
@@ -179,3 +185,40 @@ def test_any_hint_still_validates_for_models(hint: Any) -> None:
     for model in MODELS:
         schema = to_strict_json_schema(model)
         model.model_validate(instance(schema, hint=hint))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}},
+            "$ref": "#/$defs/a",
+        },
+        {
+            "type": "array",
+            "minItems": 2000,
+            "items": {
+                "type": "array",
+                "minItems": 2000,
+                "items": {"type": "array", "minItems": 2000},
+            },
+        },
+        {"type": "string", "minLength": 3_000_000_000},
+        {"type": "object", "minProperties": 10**9, "additionalProperties": True},
+    ],
+)
+def test_schemas_too_costly_to_answer_raise_quickly(schema: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    with pytest.raises(SchemaTooLargeError):
+        instance(schema)
+    assert time.perf_counter() - started < 5
+
+
+def test_patterns_with_huge_repeats_and_backtracking_stay_cheap() -> None:
+    started = time.perf_counter()
+    repeated = {"type": "string", "pattern": "^(?:(?:a{60000}){60000})$"}
+    assert len(instance(repeated)) < 100_000
+    nested = {"type": "string", "pattern": "^(a+)+$"}
+    assert instance(nested, hint="a" * 40 + "!") == "a"  # the hint is not matched, not used
+    assert instance(nested, hint="aaaa") == "aaaa"  # a short hint still is
+    assert time.perf_counter() - started < 5

@@ -14,6 +14,9 @@ answered with ``response.created``, ``response.in_progress`` and a
 ``response.completed`` with no output, and continuing from it continues from
 its input.
 
+Only completed and incomplete responses are kept (a failed or cancelled one
+cannot be continued).
+
 Mistakes get an ``error`` event (``{"type": "error", "status", "error":
 {message, type, param, code}}``, the HTTP status and error object a create
 would get) and the connection stays open. Closing the connection cancels the
@@ -78,7 +81,10 @@ class ResponsesSocket:
         self._owner = owner
         self._wire_error = wire_error
         self._cache: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._in_flight = False
+        # The token of the response in flight (None: the connection takes the next
+        # response.create). A response releases the connection only while it still
+        # holds it, so a late release never frees a successor's slot.
+        self._current: object | None = None
         self._responses = 0
         # Held for each batch of messages, so the events of one response and the
         # error events of the receiving loop never interleave within a batch.
@@ -111,7 +117,7 @@ class ResponsesSocket:
         """Start the response a client event asks for, or answer it with an error."""
         try:
             event = await _decode(message)
-            if self._in_flight:
+            if self._current is not None:
                 raise InvalidRequestError(
                     "A response is already in progress on this connection. Wait for its "
                     "terminal event (response.completed, response.incomplete or "
@@ -123,32 +129,40 @@ class ResponsesSocket:
         except ResponsesError as error:
             await self._send_error(error)
             return
-        self._in_flight = True
-        nursery.start_soon(self._respond, body, generate)
+        token = object()
+        self._current = token
+        nursery.start_soon(self._respond, body, generate, token)
 
-    async def _respond(self, body: dict[str, Any], generate: bool) -> None:
+    def _release(self, token: object) -> None:
+        """Let the connection take the next ``response.create``, if ``token`` still
+        holds it."""
+        if self._current is token:
+            self._current = None
+
+    async def _respond(self, body: dict[str, Any], generate: bool, token: object) -> None:
         """Run one ``response.create``: its events, or an error event."""
         handle: ResponseHandle | None = None
         try:
             prepared = await self._service.prepare(body, owner=self._owner, local=self._cache)
             if not generate:
-                await self._warm_up(prepared)
+                await self._warm_up(prepared, token)
                 return
             handle = await self._service.start(prepared, owner=self._owner)
-            await self._forward(handle, prepared)
+            await self._forward(handle, prepared, token)
         except Exception as error:
             if handle is not None:
                 handle.abandon()  # its events can no longer reach the client
-            self._in_flight = False
-            await self._send_error(_on_socket(error))
+            await self._send_error(_on_socket(error), release=token)
         except BaseException:
             if handle is not None:
                 handle.abandon()  # the client went away: stop generating
             raise
         finally:
-            self._in_flight = False
+            self._release(token)
 
-    async def _forward(self, handle: ResponseHandle, prepared: PreparedRequest) -> None:
+    async def _forward(
+        self, handle: ResponseHandle, prepared: PreparedRequest, token: object
+    ) -> None:
         """Send the response's events as they come, up to its terminal event.
 
         Raises:
@@ -168,30 +182,31 @@ class ResponsesSocket:
                     ) from None
                 if not frames:
                     return
-                await self._send_frames(frames, prepared, lambda: handle.response)
+                await self._send_frames(frames, prepared, lambda: handle.response, token)
 
     async def _send_frames(
         self,
         frames: list[bytes],
         prepared: PreparedRequest,
         finished: Callable[[], dict[str, Any]],
+        token: object,
     ) -> None:
         """Send frames, one message each. Before the terminal one goes out, the
-        response is kept for ``previous_response_id`` and the connection takes the
-        next ``response.create``: a client may send it as soon as it reads that event.
-        ``finished`` gives the finished Response object.
+        response is kept for ``previous_response_id`` and ``token`` releases the
+        connection for the next ``response.create``: a client may send it as soon
+        as it reads that event. ``finished`` gives the finished Response object.
         """
         messages = [_event_json(frame) for frame in frames]
         async with self._send_lock:
             if is_terminal_frame(frames[-1]):
                 self._remember(prepared, finished())
                 self._responses += 1
-                self._in_flight = False
+                self._release(token)
             for text in messages:
                 await self._websocket.send(text)
         self._service.metrics.events_sent(len(messages), "websocket")
 
-    async def _warm_up(self, prepared: PreparedRequest) -> None:
+    async def _warm_up(self, prepared: PreparedRequest, token: object) -> None:
         """Answer ``generate: false``: a completed response with no output, kept here."""
         frames: list[bytes] = []
         now = int(time.time())
@@ -206,15 +221,19 @@ class ResponsesSocket:
         builder.start()
         builder.mark_in_progress()
         builder.finish("completed", now=now)
-        await self._send_frames(frames, prepared, builder.snapshot)
+        await self._send_frames(frames, prepared, builder.snapshot, token)
 
     def _remember(self, prepared: PreparedRequest, response: dict[str, Any]) -> None:
         """Keep a finished response for ``previous_response_id`` on this connection.
 
         A response continuing a kept one is kept with the whole conversation
         before it (and the predecessor of its oldest turn, if that came from the
-        store), so a chain never needs an older entry than the newest.
+        store), so a chain never needs an older entry than the newest. Only
+        completed and incomplete responses are kept: a failed or cancelled one
+        cannot be continued (as with the store).
         """
+        if response.get("status") not in ("completed", "incomplete"):
+            return
         items = prepared.input_items
         previous_id = prepared.request.previous_response_id
         before = self._cache.get(previous_id) if previous_id is not None else None
@@ -225,13 +244,20 @@ class ResponsesSocket:
         while len(self._cache) > CACHED_RESPONSES:
             self._cache.popitem(last=False)
 
-    async def _send_error(self, error: Exception) -> None:
-        """Send an ``error`` event for ``error`` (the connection stays open)."""
+    async def _send_error(self, error: Exception, *, release: object | None = None) -> None:
+        """Send an ``error`` event for ``error`` (the connection stays open).
+
+        ``release``, the token of the response that failed, releases the connection
+        just before the event goes out, under the send lock: a successor's events
+        always come after it.
+        """
         detail, status = self._wire_error(error)
         text = json.dumps(
             {"type": "error", "status": status, "error": detail}, separators=(",", ":")
         )
         async with self._send_lock:
+            if release is not None:
+                self._release(release)
             await self._websocket.send(text)
 
 

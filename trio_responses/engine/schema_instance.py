@@ -14,10 +14,17 @@ default text matches it (there is no general regex solver).
 a string of the right length, a number in range...) it is used, so a request
 can say what the scripted model should answer. Objects keep the schema's
 property order (grammar-constrained engines such as vLLM's xgrammar expect it).
+
+The work is bounded whatever the schema: at most `MAX_STEPS` sub-schemas are
+visited and the value is at most about `MAX_SIZE` characters of JSON, else
+`SchemaTooLargeError`. A ``pattern`` runs only against strings of at most
+`MAX_MATCHED` characters (`MAX_MATCHED_NESTED` where the regex nests repeats,
+the shape that backtracks exponentially); longer hints are not used there.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -27,6 +34,19 @@ from typing import Any
 
 MAX_DEPTH = 32
 """Deeper than this (recursive ``$ref``\\ s), optional parts are left out."""
+
+MAX_STEPS = 10_000
+"""Sub-schemas visited for one value, at most (each ``anyOf`` branch counts)."""
+
+MAX_SIZE = 64 * 1024
+"""About the most characters of JSON one value may take."""
+
+MAX_MATCHED = 256
+"""The longest string a schema's ``pattern`` is run against."""
+
+MAX_MATCHED_NESTED = 16
+"""The same, for a ``pattern`` that repeats a group holding a repeat or an
+alternation (such as ``^(a+)+$``, whose backtracking doubles with each character)."""
 
 _FORMATS: dict[str, tuple[str, str]] = {
     # format -> (example, a regex a hint must match to be used)
@@ -61,12 +81,20 @@ class SchemaInstanceError(ValueError):
     """The schema admits no value this generator can build (``false``, a broken ``$ref``)."""
 
 
+class SchemaTooLargeError(SchemaInstanceError):
+    """Building a value would take more than `MAX_STEPS` steps or `MAX_SIZE` characters."""
+
+
+_FAILED: Any = object()
+
+
 def instance(schema: Mapping[str, Any] | bool, *, hint: Any = MISSING, text: str = "text") -> Any:
     """A value valid against ``schema``, made from ``hint`` where it fits.
 
     ``text`` is the default for strings. Same arguments, same value.
 
     Raises:
+        SchemaTooLargeError: the value would be too large, or take too long to find.
         SchemaInstanceError: the schema admits nothing, or a ``$ref`` does not resolve.
     """
     root = schema if isinstance(schema, Mapping) else {}
@@ -82,6 +110,24 @@ class _Generator:
     def __init__(self, root: Mapping[str, Any], text: str) -> None:
         self._root = root
         self._text = text
+        self._steps = 0
+        self._size = 0
+        self._targets: dict[str, Mapping[str, Any]] = {}
+
+    def _spend(self, size: int) -> None:
+        """Count one step and ``size`` characters against the budget."""
+        self._steps += 1
+        self._size += size
+        if self._steps > MAX_STEPS:
+            raise SchemaTooLargeError(
+                f"building a value for this schema takes more than {MAX_STEPS} steps "
+                "(deeply recursive anyOf/oneOf/$ref)"
+            )
+        if self._size > MAX_SIZE:
+            raise SchemaTooLargeError(
+                f"the smallest value this schema admits is over {MAX_SIZE} characters "
+                "(minItems, minLength, minProperties or pattern repeats too large)"
+            )
 
     def value(self, schema: Mapping[str, Any] | bool, hint: Any, depth: int, variant: int) -> Any:
         if schema is True:
@@ -92,6 +138,7 @@ class _Generator:
             raise SchemaInstanceError(f"a schema must be an object or a boolean, not {schema!r}")
         if depth > MAX_DEPTH * 2:
             raise SchemaInstanceError("the schema nests (or recurses) too deeply")
+        self._spend(1)
         schema = self._resolved(schema, depth)
         if "const" in schema:
             return schema["const"]
@@ -133,6 +180,11 @@ class _Generator:
         return schema
 
     def _pointer(self, ref: str) -> Mapping[str, Any]:
+        if ref not in self._targets:
+            self._targets[ref] = self._lookup(ref)
+        return self._targets[ref]
+
+    def _lookup(self, ref: str) -> Mapping[str, Any]:
         if not ref.startswith("#"):
             raise SchemaInstanceError(f"only local $ref values are supported, not {ref!r}")
         node: Any = self._root
@@ -168,32 +220,34 @@ class _Generator:
     ) -> Any:
         rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
         options = [{**rest, **b} if isinstance(b, Mapping) else b for b in branches]
-        if hint is not MISSING:
-            for option in options:
-                if self._fits(option, hint, depth):
-                    return self.value(option, hint, depth + 1, variant)
-        # Prefer a branch that says something over null (Optional[X] -> X).
-        for option in options:
-            if not (
-                isinstance(option, Mapping) and self._resolved(option, depth).get("type") == "null"
-            ):
-                try:
-                    return self.value(option, hint, depth + 1, variant)
-                except SchemaInstanceError:
-                    continue
-        for option in options:
-            try:
-                return self.value(option, hint, depth + 1, variant)
-            except SchemaInstanceError:
-                continue
-        raise SchemaInstanceError("no branch of anyOf/oneOf admits a value")
+        built: dict[int, Any] = {}
 
-    def _fits(self, schema: Mapping[str, Any] | bool, hint: Any, depth: int) -> bool:
-        """Whether the value built from ``hint`` is ``hint`` itself."""
-        try:
-            return bool(self.value(schema, hint, depth + 1, 0) == hint)
-        except SchemaInstanceError:
-            return False
+        def attempt(index: int) -> Any:
+            """The value of branch ``index``, built once (`_FAILED` if it admits none)."""
+            if index not in built:
+                try:
+                    built[index] = self.value(options[index], hint, depth + 1, variant)
+                except SchemaTooLargeError:
+                    raise
+                except SchemaInstanceError:
+                    built[index] = _FAILED
+            return built[index]
+
+        if hint is not MISSING:
+            for index in range(len(options)):
+                value = attempt(index)
+                if value is not _FAILED and value == hint:
+                    return value
+        # Prefer a branch that says something over null (Optional[X] -> X).
+        nulls = [
+            isinstance(option, Mapping) and self._resolved(option, depth).get("type") == "null"
+            for option in options
+        ]
+        for index in sorted(range(len(options)), key=lambda i: nulls[i]):
+            value = attempt(index)
+            if value is not _FAILED:
+                return value
+        raise SchemaInstanceError("no branch of anyOf/oneOf admits a value")
 
     def _type(self, schema: Mapping[str, Any], hint: Any) -> str | None:
         declared = schema.get("type")
@@ -240,6 +294,7 @@ class _Generator:
                     sub = extra if isinstance(extra, Mapping) else True
                     result[name] = self.value(sub, sub_hint, depth + 1, 0)
         minimum = int(schema.get("minProperties", 0))
+        self._spend(min(minimum, MAX_SIZE + 1) * 4)
         for name, sub in properties.items():
             if len(result) >= minimum:
                 break
@@ -255,6 +310,7 @@ class _Generator:
             prefix, items = items, schema.get("additionalItems", True)
         prefix = list(prefix or [])
         low = int(schema.get("minItems", 0))
+        self._spend(min(low, MAX_SIZE + 1))
         high = schema.get("maxItems")
         count = len(given) if given else max(low, len(prefix), 1 if depth < 4 else 0)
         count = max(count, low, len(prefix) if items is False else 0)
@@ -264,6 +320,7 @@ class _Generator:
             count = min(count, len(prefix))
         unique = bool(schema.get("uniqueItems"))
         result: list[Any] = []
+        self._spend(count)
         for index in range(count):
             sub = prefix[index] if index < len(prefix) else items
             sub_hint = given[index] if index < len(given) else MISSING
@@ -282,7 +339,13 @@ class _Generator:
     # -- scalars ------------------------------------------------------------------------
 
     def _string(self, schema: Mapping[str, Any], hint: Any, variant: int) -> str:
+        value = self._string_value(schema, hint, variant)
+        self._spend(len(value) + 2)
+        return value
+
+    def _string_value(self, schema: Mapping[str, Any], hint: Any, variant: int) -> str:
         low = int(schema.get("minLength", 0))
+        self._spend(min(low, MAX_SIZE + 1))
         high = schema.get("maxLength")
         pattern = schema.get("pattern")
         form = schema.get("format")
@@ -291,7 +354,9 @@ class _Generator:
         def fits(value: str) -> bool:
             if len(value) < low or (high is not None and len(value) > int(high)):
                 return False
-            if known is not None and not re.fullmatch(known[1], value):
+            if known is not None and (
+                len(value) > MAX_MATCHED or not re.fullmatch(known[1], value)
+            ):
                 return False
             return not (isinstance(pattern, str) and not _search(pattern, value))
 
@@ -477,7 +542,10 @@ def _regex_text(items: list[Any], repeat: int, variant: int) -> str:
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             low, high, sub = arg
             count = max(low, min(repeat, high))
-            out.append(_regex_text(list(sub), repeat, variant) * count)
+            part = _regex_text(list(sub), repeat, variant)
+            if len(part) * count > MAX_MATCHED:
+                raise ValueError("a repeat too long to write out")
+            out.append(part * count)
         elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
             sub = arg[-1]
             out.append(_regex_text(list(sub), repeat, variant))
@@ -490,7 +558,10 @@ def _regex_text(items: list[Any], repeat: int, variant: int) -> str:
             continue
         else:
             raise ValueError(name)
-    return "".join(out)
+    text = "".join(out)
+    if len(text) > MAX_MATCHED:
+        raise ValueError("a match too long to write out")
+    return text
 
 
 def _class_char(items: list[Any]) -> str:
@@ -544,7 +615,44 @@ def _category_char(category: str) -> str:
 
 
 def _search(pattern: str, value: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``value``; False for a ``value`` too
+    long to run the pattern against safely (`MAX_MATCHED`, `MAX_MATCHED_NESTED`)."""
+    if len(value) > MAX_MATCHED_NESTED and (len(value) > MAX_MATCHED or _nests_repeats(pattern)):
+        return False
     try:
         return re.search(pattern, value) is not None
     except re.error:
         return True  # a pattern Python cannot read is not held against the value
+
+
+@functools.lru_cache(maxsize=256)
+def _nests_repeats(pattern: str) -> bool:
+    """Whether ``pattern`` repeats a group that holds a repeat or an alternation."""
+    try:
+        parsed = _re_parser.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return True
+    return _has_nested(list(parsed), inside_repeat=False)
+
+
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+
+
+def _has_nested(items: list[Any], *, inside_repeat: bool) -> bool:
+    for op, arg in items:
+        name = str(op)
+        if name in _REPEATS:
+            if inside_repeat:
+                return True
+            if _has_nested(list(arg[2]), inside_repeat=True):
+                return True
+        elif name == "BRANCH":
+            if inside_repeat:
+                return True
+            if any(_has_nested(list(b), inside_repeat=False) for b in arg[1]):
+                return True
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT") and _has_nested(
+            list(arg[-1]), inside_repeat=inside_repeat
+        ):
+            return True
+    return False

@@ -52,10 +52,11 @@ from dataclasses import dataclass
 
 from openai_harmony import Role
 
+from .._exceptions import EngineError
 from ..harmony.encoding import get_encoding, special_tokens
 from ..harmony.steering import parse_header
 from .base import ChoiceConstraint, OutputConstraint
-from .schema_instance import MISSING, SchemaInstanceError, dumps, instance
+from .schema_instance import MISSING, SchemaInstanceError, SchemaTooLargeError, dumps, instance
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ def plan(prompt_tokens: Sequence[int], constraint: OutputConstraint | None = Non
     of an earlier part of the turn): the answer continues from there. With
     ``constraint`` the answer is text that matches it, then a stop token
     (`_constrained`).
+
+    Raises:
+        EngineError: no value for the constraint's schema fits the work bounds of
+            `schema_instance` (so run a constrained plan with `offload`).
     """
     conversation, continuation = _split_turn(prompt_tokens)
     whole = _plan_turn(conversation)
@@ -326,6 +331,10 @@ def _constrained(
         )
         try:
             body = dumps(instance(constraint.schema, hint=hint, text=said))
+        except SchemaTooLargeError as error:
+            raise EngineError(
+                f"The scripted model cannot build a value for this JSON schema: {error}."
+            ) from error
         except SchemaInstanceError:
             body = "{}"
     elif recipient is None:

@@ -13,12 +13,14 @@ token and cap a stream at a fraction of what the HTTP layer can write.)
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import final
 
 import trio
 
 from .._exceptions import EngineError
+from .._offload import INLINE_BYTES, offload
 from .base import EngineInfo, GenerationRequest, GenerationResult, TokenSink
 from .script import plan
 
@@ -55,7 +57,11 @@ class ScriptedEngine:
         return frozenset(self._running)
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
-        script = plan(request.prompt_token_ids, request.constraint)
+        # A constrained plan builds a schema instance: bounded, but not cheap.
+        script = await offload(
+            0 if request.constraint is None else INLINE_BYTES + 1,
+            functools.partial(plan, request.prompt_token_ids, request.constraint),
+        )
         delay = script.delay_s if script.delay_s is not None else self._token_delay_s
         stop = frozenset(request.sampling.stop_token_ids)
         limit = request.sampling.max_tokens

@@ -50,6 +50,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from .._config import Config
 from .._exceptions import EngineError
+from .._offload import INLINE_BYTES, offload
 from .base import (
     ChoiceConstraint,
     EngineInfo,
@@ -117,7 +118,10 @@ class VllmEngine:
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
         if not self.healthy:
             raise EngineError("The inference engine is not running; the server needs a restart.")
-        params = self._sampling_params(request)
+        params = await offload(  # a scripted, constrained plan builds a schema instance
+            INLINE_BYTES + 1 if self._scripted and request.constraint is not None else 0,
+            functools.partial(self._sampling_params, request),
+        )
         prompt = tokens_input(list(request.prompt_token_ids))
         send, receive = trio.open_memory_channel[Any](math.inf)
         request_id = request.request_id

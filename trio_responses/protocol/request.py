@@ -832,6 +832,12 @@ def _check_semantics(request: CreateRequest) -> None:
                     param=f"tools[{index}].name",
                 )
             seen.add(function.name)
+            if function.parameters:  # missing or {}: any arguments
+                check_json_schema(
+                    function.parameters,
+                    param=f"tools[{index}].parameters",
+                    what=f"the parameters of function {function.name!r}",
+                )
     choice = request.tool_choice
     if isinstance(choice, ToolChoiceFunction) and choice.name not in seen:
         raise InvalidRequestError(
