@@ -8,11 +8,10 @@ What the suite may not pass, and why (see docs/api.md, "Clients and conformance"
 
 - ``image-input``: gpt-oss models read text only; an ``input_image`` part is a 400
   ``unsupported_value`` naming the part. It must fail with exactly that status.
-- ``tool-calling``: it asks "What is the weather in San Francisco?" with
-  ``tool_choice: "required"`` and expects the model to choose ``get_weather`` and its
-  arguments. The scripted engine calls a function only when the user's text says
-  ``call:NAME {json}``; a real gpt-oss model passes it. It may pass or fail here, and
-  fail only for the missing ``function_call`` item.
+- Nothing else: ``tool-calling`` asks "What is the weather in San Francisco?" with
+  ``tool_choice: "required"``, which this server enforces, so even the scripted engine
+  (which otherwise calls a function only on a ``call:NAME {json}`` directive) answers
+  with a ``get_weather`` call whose arguments match the tool's schema.
 
 Ignored finding (``-i``): llm-comply names reasoning events ``response.reasoning.*``
 and reports ours as unknown; this server names them ``response.reasoning_text.*``, as
@@ -54,13 +53,12 @@ MUST_PASS = (
     "compact-missing-model",
     "reasoning-summary",
     "error-handling",
+    "tool-calling",
 )
 
 MAY_FAIL: dict[str, tuple[str, ...]] = {
     # A text-only model: the image part is refused, with the right status.
     "image-input": ("HTTP 400 (expected [200])",),
-    # The scripted engine does not pick tools by itself.
-    "tool-calling": ("no output item with type='function_call'",),
 }
 """Excluded tests: the findings each may report (every finding must contain one)."""
 
