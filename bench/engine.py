@@ -24,7 +24,7 @@ from functools import partial
 
 import trio
 
-# This folder holds requests.py, which would shadow the `requests` library vLLM uses.
+# Only the repository on the path, not this folder (its modules' names are generic).
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != HERE]
 sys.path.insert(0, os.path.dirname(HERE))  # the repository, for tests.vllm's tiny model

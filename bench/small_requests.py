@@ -1,6 +1,6 @@
 """Requests per second and latency of small non-streaming requests.
 
-    python bench/requests.py [CONCURRENCY ...]     (default: 1 8 64)
+    python bench/small_requests.py [CONCURRENCY ...]     (default: 1 8 64)
 
 A server (scripted engine, zero token delay) runs in its own process. Each of
 C workers keeps one HTTP/1.1 connection and sends ``{"input": "hi"}`` requests
