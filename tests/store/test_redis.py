@@ -675,11 +675,16 @@ async def test_a_dead_replicas_job_is_recovered_once(url: str, redis: RedisServe
 
 async def test_an_expired_lease_makes_a_replica_dead(url: str, redis: RedisServer) -> None:
     job = Job()
-    redis.cli("SET", PREFIX + "lease:crashed", "host:1", "PX", "300")
+    lease = PREFIX + "lease:crashed"
+    redis.cli("SET", lease, "host:1", "PX", "60000")
     async with replica(url) as b:
         await b.store.put(job.record("crashed"))
         assert await b.store.recover_interrupted() == []
-        await trio.sleep(0.4)
+        # The lease runs out (Redis expires the key), however slow this machine is.
+        redis.cli("PEXPIRE", lease, "1")
+        with trio.fail_after(30):
+            while redis.cli("EXISTS", lease) != "0":
+                await trio.sleep(0.01)
         recovered = await b.store.recover_interrupted()
         assert [record.status for record in recovered] == ["failed"]
 
