@@ -93,4 +93,6 @@ async def test_health_stays_fast_while_large_requests_are_processed(
     assert isinstance(usage, dict) and MAX_MODEL_LEN / 2 < usage["input_tokens"] < MAX_MODEL_LEN
     assert len(latencies) >= 100
     p50, p99 = (statistics.quantiles(latencies, n=100)[q] for q in (49, 98))
-    assert p99 < 0.1, f"/health p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+    # Generous (a loaded 2-core machine): processing these on the loop stalls it for
+    # seconds. The figures of a quiet machine are bench/event_loop.py's.
+    assert p99 < 0.5, f"/health p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
