@@ -26,20 +26,27 @@ subscription (and with it its response's event log) stayed pinned. Each write
 now has a deadline (``sse_write_timeout_s``, and the end of the graceful
 shutdown); a write that misses it aborts the connection, which the app sees as
 a disconnect.
+
+Most writes need no waiting: the socket takes the bytes at once. `_TCPServer`
+writes those synchronously (`BoundedWriteStream.send_nowait`), skipping the
+send lock, the shielded scope, the deadline scope and the checkpoints of the
+waiting path; only what the socket does not take at once goes that way.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, final
+from typing import Any, cast, final
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Event, RawData
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import TCPServer
@@ -149,6 +156,21 @@ class BoundedWriteStream(trio.abc.HalfCloseableStream):
     def socket(self) -> trio.socket.SocketType:
         return self._stream.socket
 
+    def send_nowait(self, data: bytes) -> int:
+        """Write what the socket takes at once, without waiting or checkpointing.
+
+        Returns the number of bytes written: 0 when the socket takes none now,
+        and also when writing fails (the waiting `send_all` then reports the
+        failure the usual way).
+        """
+        fd = self._stream.socket.fileno()
+        if fd < 0:
+            return 0
+        try:
+            return os.write(fd, data)
+        except OSError:
+            return 0
+
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         deadlines = self._deadlines
         with memoryview(data) as view:
@@ -198,6 +220,27 @@ class BoundedWriteStream(trio.abc.HalfCloseableStream):
         await self._stream.aclose()
 
 
+@final
+class _TCPServer(TCPServer):
+    """Hypercorn's connection handler, writing synchronously what the socket takes at once."""
+
+    async def protocol_send(self, event: Event) -> None:
+        if type(event) is RawData and not self.send_lock.locked():
+            stream = cast(BoundedWriteStream, self.stream)
+            data = event.data
+            sent = stream.send_nowait(data)
+            if sent == len(data):
+                return
+            if sent:
+                # Part is on the wire: the rest must follow it, cancelled or not
+                # (its write has a deadline). Nothing has awaited since the
+                # lock was seen free, so the rest takes it first.
+                with trio.CancelScope(shield=True):
+                    await super().protocol_send(RawData(data=data[sent:]))
+                return
+        await super().protocol_send(event)
+
+
 async def _serve_http(
     app: ASGIFramework,
     hconfig: HypercornConfig,
@@ -235,7 +278,7 @@ async def _serve_http(
 
             async def handle(stream: trio.SocketStream) -> None:
                 bounded: Any = deadlines.wrap(stream)  # hypercorn annotates an SSLStream
-                await TCPServer(wrapped, hconfig, context, state, bounded)
+                await _TCPServer(wrapped, hconfig, context, state, bounded)
 
             task_status.started(urls)
             try:

@@ -12,10 +12,15 @@
    sending data"), which hypercorn logs as an ASGI error. The connection is
    going away and nothing more can be delivered, so such a send is dropped.
    (Upstream: ``_close`` should take ``send_lock``.)
+
+It also publishes the request's guarded ``send`` as `response_send`, so that a
+streaming body (`SSEBody`) can write its chunks itself rather than handing each
+one back through Quart's body loop.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, cast
 
 import trio
@@ -28,6 +33,13 @@ from hypercorn.typing import (
 )
 
 FINAL_SEND_TIMEOUT_S = 5.0
+
+response_send: ContextVar[ASGISendCallable | None] = ContextVar("response_send", default=None)
+"""The current HTTP request's ASGI ``send`` (guarded), for bodies that write themselves.
+
+Set for the request's whole task tree; ``None`` outside a request served by
+`shield_final_send`.
+"""
 
 
 def shield_final_send(app: ASGIFramework) -> ASGIFramework:
@@ -50,6 +62,10 @@ def shield_final_send(app: ASGIFramework) -> ASGIFramework:
             except trio.BusyResourceError:
                 pass  # hypercorn is closing this connection: see the module docstring
 
-        await app(scope, receive, guarded_send)
+        token = response_send.set(guarded_send)
+        try:
+            await app(scope, receive, guarded_send)
+        finally:
+            response_send.reset(token)
 
     return wrapped

@@ -5,6 +5,9 @@ Each wake-up writes everything the subscription has queued in one chunk
 stream near 10k events/s). A quiet live stream gets a ``: keep-alive``
 comment every ``keepalive_s``; the stream ends with ``data: [DONE]``.
 
+Served through `shield_final_send`, the body writes its chunks itself (see
+`SSEBody._write_all`); iterated directly, it yields them one by one.
+
 This is a class, not an async generator, on purpose: Quart closes the body
 with ``aclose()`` from whatever task notices the disconnect, and a class has
 no suspended frame (and no context) for that to tear down.
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from typing import final
 
 import trio
+from hypercorn.typing import ASGISendCallable
 
 from .._exceptions import StoreError
 from ..background.event_log import SubscriberLagged
@@ -23,6 +27,10 @@ from ..background.subscription import Subscription
 from ..metrics import Metrics
 from ..protocol.builder import stream_error_frame
 from ..protocol.sse import DONE, KEEPALIVE
+from .asgi import response_send
+
+_CHUNKS_PER_CHECKPOINT = 16
+"""A body writing chunk after chunk without waiting yields this often."""
 
 
 @final
@@ -43,6 +51,7 @@ class SSEBody:
         self._on_close = on_close
         self._metrics = metrics
         self._finished = False
+        self._last_write = 0.0
 
     def __aiter__(self) -> SSEBody:
         return self
@@ -50,10 +59,53 @@ class SSEBody:
     async def __anext__(self) -> bytes:
         if self._finished:
             raise StopAsyncIteration
-        frames: list[bytes] | None = None
+        send = response_send.get()
+        if send is not None:
+            await self._write_all(send)
+            raise StopAsyncIteration
+        with trio.move_on_after(self._keepalive_s):
+            return await self._next_chunk()
+        return KEEPALIVE
+
+    async def _write_all(self, send: ASGISendCallable) -> None:
+        """Write the whole stream through ``send``, keep-alives included.
+
+        Served by our ASGI wrapper, the body writes its chunks itself: no cancel
+        scope per event (the keep-alive is a second task that wakes once per
+        ``keepalive_s``), and no round trip through Quart's body loop.
+        """
+        self._last_write = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_alive, send)
+            turns = 0
+            while not self._finished:
+                chunk = await self._next_chunk()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self._last_write = trio.current_time()
+                turns += 1
+                if turns % _CHUNKS_PER_CHECKPOINT == 0:
+                    # Neither a subscription with frames ready nor a write the
+                    # socket takes at once yields: let the other tasks run.
+                    await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+
+    async def _keep_alive(self, send: ASGISendCallable) -> None:
+        """Write a keep-alive comment whenever nothing was written for ``keepalive_s``."""
+        keepalive_s = self._keepalive_s
+        while True:
+            due = self._last_write + keepalive_s
+            if trio.current_time() < due:
+                await trio.sleep_until(due)
+                continue
+            if self._finished:
+                return
+            await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+            self._last_write = trio.current_time()
+
+    async def _next_chunk(self) -> bytes:
+        """The next chunk to write: the frames queued, or the stream's last words."""
         try:
-            with trio.move_on_after(self._keepalive_s):
-                frames = await self._subscription.receive_frames()
+            frames = await self._subscription.receive_frames()
         except SubscriberLagged as lagged:
             self._finished = True
             if self._metrics is not None:
@@ -72,8 +124,6 @@ class SSEBody:
                 f"starting_after={cursor}."
             )
             return stream_error_frame(cursor + 1, "store_unavailable", message) + DONE
-        if frames is None:
-            return KEEPALIVE
         if not frames:
             self._finished = True
             return DONE
