@@ -1,4 +1,4 @@
-"""The event log: bounded ring, cursors, batched wake-ups."""
+"""The event log: bounded ring, cursors, batched wake-ups, the flush window."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_responses.background.event_log import EventLog, SubscriberLagged
+from trio_responses.background.event_log import WAKE_WAVE, EventLog, SubscriberLagged
 from trio_responses.background.subscription import LogSubscription
 from trio_responses.protocol.sse import encode_event
 
@@ -116,3 +116,150 @@ def test_reads_can_be_limited_by_bytes() -> None:
     assert log.read_after(1, max_bytes=1) == frames[2:3]
     assert log.read_after(1, max_bytes=1000) == frames[2:]
     assert log.read_after(4, max_bytes=10) == []
+
+
+# -- wake-ups: waves and the flush window -------------------------------------------
+
+
+class _Reader:
+    """Follows a log, noting the (time, frames) of every batch it receives."""
+
+    def __init__(self, log: EventLog, starting_after: int = -1) -> None:
+        self.subscription = LogSubscription(log, starting_after)
+        self.batches: list[tuple[float, list[bytes]]] = []
+        self.ended = trio.Event()
+
+    async def run(self) -> None:
+        while frames := await self.subscription.receive_frames():
+            self.batches.append((trio.current_time(), frames))
+        self.ended.set()
+
+    @property
+    def frames(self) -> list[bytes]:
+        return [frame for _, batch in self.batches for frame in batch]
+
+
+async def test_many_readers_are_woken_in_bounded_waves_and_all_get_every_frame() -> None:
+    log = EventLog(max_events=1000, max_bytes=1 << 20)
+    readers = [_Reader(log) for _ in range(5 * WAKE_WAVE + 3)]
+    async with trio.open_nursery() as nursery:
+        for reader in readers:
+            nursery.start_soon(reader.run)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))
+        # One wake-up reschedules one wave, not every reader.
+        assert len(log._parked) == len(readers) - WAKE_WAVE
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(reader.frames == [_frame(0)] for reader in readers)
+        for n in range(1, 20):
+            log.append(_frame(n))
+            await trio.lowlevel.checkpoint()  # the producer keeps running between waves
+        log.close()
+    for reader in readers:
+        assert reader.frames == [_frame(n) for n in range(20)]
+        assert reader.ended.is_set()
+    # Readers later in a wave found several frames waiting and took them at once.
+    assert sum(len(reader.batches) for reader in readers) < len(readers) * 20
+
+
+async def test_flush_window_holds_fast_appends_for_one_bounded_wake_up(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=0.005)
+    readers = [_Reader(log) for _ in range(3)]
+    async with trio.open_nursery() as nursery:
+        for reader in readers:
+            nursery.start_soon(reader.run)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))  # the first event: at once
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(reader.batches == [(0.0, [_frame(0)])] for reader in readers)
+
+        mock_clock.jump(0.001)
+        log.append(_frame(1))
+        log.append(_frame(2))
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(len(reader.batches) == 1 for reader in readers)  # held
+        mock_clock.jump(0.004)  # the window ends 5 ms after the previous wake-up
+        await trio.testing.wait_all_tasks_blocked()
+        for reader in readers:
+            assert reader.batches[1] == (pytest.approx(0.005), [_frame(1), _frame(2)])
+
+        mock_clock.jump(0.1)  # a quiet window: the next event goes at once
+        log.append(_frame(3))
+        await trio.testing.wait_all_tasks_blocked()
+        for reader in readers:
+            assert reader.batches[2] == (pytest.approx(0.105), [_frame(3)])
+        log.close()
+    assert all(reader.frames == [_frame(n) for n in range(4)] for reader in readers)
+
+
+async def test_the_terminal_event_is_never_held(mock_clock: trio.testing.MockClock) -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=10.0)
+    reader = _Reader(log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.run)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.001)
+        log.append(_frame(1))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(reader.batches) == 1  # held by the (long) window
+        log.append(_frame(2))  # the terminal event, then close, as `Job.finish` does
+        log.close()
+        await trio.testing.wait_all_tasks_blocked()
+        assert reader.ended.is_set()
+    assert reader.batches[1] == (pytest.approx(0.001), [_frame(1), _frame(2)])
+
+
+async def test_zero_window_wakes_readers_on_every_append(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=0)
+    reader = _Reader(log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.run)
+        for n in range(3):
+            await trio.testing.wait_all_tasks_blocked()
+            log.append(_frame(n))
+        await trio.testing.wait_all_tasks_blocked()
+        log.close()
+    assert reader.batches == [(0.0, [_frame(n)]) for n in range(3)]
+
+
+async def test_a_leader_leaving_early_does_not_strand_held_frames(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=10.0)
+    received: list[tuple[float, list[bytes]]] = []
+
+    async def lead(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        # Parks again at once after each batch: the first to park leads the window.
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            subscription = LogSubscription(log, -1)
+            while await subscription.receive_frames():
+                pass
+
+    async def follow() -> None:  # parks one scheduler pass later: it only waits
+        subscription = LogSubscription(log, -1)
+        while frames := await subscription.receive_frames():
+            received.append((trio.current_time(), frames))
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        leader: trio.CancelScope = await nursery.start(lead)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(follow)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))  # at once: the first event
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(1.0)
+        log.append(_frame(1))  # held: the window runs until 10 s
+        await trio.testing.wait_all_tasks_blocked()
+        assert received == [(0.0, [_frame(0)])]
+        leader.cancel()  # the leader's client went away: the held frame goes now
+        await trio.testing.wait_all_tasks_blocked()
+        assert received == [(0.0, [_frame(0)]), (1.0, [_frame(1)])]
+        log.close()

@@ -8,17 +8,39 @@ instead of slowing anyone down. Memory is the ring (at most ``max_events``
 frames and ``max_bytes`` bytes, the newest frame always kept), whatever the
 number of subscribers.
 
-Wake-ups are batched: a waiting subscriber is woken once per batch of appends
-(whatever the producer appended before its next checkpoint) and takes every
-frame available in one read.
+Wake-ups are cheap and bounded. Waiting subscribers park in one FIFO per log
+(no per-reader event or timer); an append wakes them only if someone is
+parked, and a subscriber busy writing its previous batch is not parked, so it
+is not woken again: it takes everything available when it comes back. A
+wake-up unparks at most `WAKE_WAVE` readers at once; each reader it wakes
+unparks one more as it runs, so a log with thousands of readers wakes them in
+waves of bounded size, one scheduler pass after another, and the producer (and
+every other task) keeps running between the waves. Readers later in the wave
+find more frames waiting and take them in one write.
+
+With a flush window (``flush_s`` > 0, ``--stream-flush-ms``) parked readers are
+woken at most once per window: an append that comes less than ``flush_s`` after
+the previous wake-up is held until the window ends, so a fast producer's frames
+reach each reader in fewer, larger writes. An append after a quiet window (the
+first event included) wakes at once, and `close` wakes every reader at once
+(the terminal event is the last append before it), so neither is ever held.
+The window's timer is a single deadline per log, carried by one parked reader
+(the *leader*, the first to park after a wake-up): when it expires the leader
+wakes the others. A leader that leaves early (cancelled) does the same on its
+way out rather than strand held frames. Ordering and cursors are unaffected:
+waking only decides when parked readers look.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import OrderedDict
 from typing import final
 
 import trio
+
+WAKE_WAVE = 64
+"""Most parked readers one wake-up reschedules at once (the rest follow in waves)."""
 
 
 class SubscriberLagged(Exception):
@@ -37,9 +59,17 @@ class SubscriberLagged(Exception):
 class EventLog:
     """Bounded, append-only log of SSE frames numbered 0, 1, 2…"""
 
-    def __init__(self, *, max_events: int, max_bytes: int) -> None:
+    def __init__(self, *, max_events: int, max_bytes: int, flush_s: float = 0.0) -> None:
+        """``flush_s``: the flush window in seconds (0: wake readers on every append).
+
+        Raises:
+            ValueError: ``max_events`` or ``max_bytes`` < 1, or ``flush_s`` < 0.
+        """
         if max_events < 1 or max_bytes < 1:
             raise ValueError("max_events and max_bytes must be >= 1")
+        if not flush_s >= 0:
+            raise ValueError("flush_s must be >= 0")
+        self._flush_s = flush_s
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._frames: list[bytes] = []
@@ -49,8 +79,12 @@ class EventLog:
         self._first = 0  # sequence number of _frames[_head]
         self._bytes = 0
         self._closed = False
-        self._changed = trio.Event()
-        self._waiting = False
+        # Parked readers, oldest first, with the wake-up count when each parked.
+        self._parked: OrderedDict[trio.lowlevel.Task, int] = OrderedDict()
+        self._wakes = 0
+        self._held = False  # frames appended since the last wake-up wait for the window
+        self._leader: trio.CancelScope | None = None  # the parked reader timing the window
+        self._last_wake = -float("inf")
         self.finished_at: float | None = None
         self.subscribers = 0
         """Open `Subscription` objects reading this log."""
@@ -66,14 +100,15 @@ class EventLog:
         self._ends.append(self._appended_bytes)
         self._bytes += len(frame)
         self._trim()
-        self._wake()
+        if self._parked:
+            self._notify()
 
     def close(self) -> None:
         """No more frames: readers finish once they have read everything."""
         if not self._closed:
             self._closed = True
             self.finished_at = trio.current_time()
-            self._wake()
+            self._wake(everyone=True)
 
     # -- state ------------------------------------------------------------------------
 
@@ -123,22 +158,90 @@ class EventLog:
         end = bisect_left(ends, budget, start) + 1
         return frames[start:end]
 
+    @property
+    def flush_s(self) -> float:
+        """The flush window in seconds (0: none)."""
+        return self._flush_s
+
     async def wait_after(self, cursor: int) -> None:
         """Wait until there is a frame after ``cursor`` or the log is closed.
+
+        With a flush window, a frame appended within the window after the
+        previous wake-up is seen once the window ends (at most ``flush_s``
+        later); the terminal event never waits.
 
         Cancellation: safe; nothing is consumed by waiting.
         """
         while not self._closed and self.next_sequence_number <= cursor + 1:
-            self._waiting = True
-            await self._changed.wait()
+            if self._flush_s <= 0 or self._leader is not None:
+                await self._park()
+            else:
+                await self._lead()
+            self._unpark(1)  # pass the wake-up on: the next reader of this wave
 
     # -- internals -------------------------------------------------------------------------
 
-    def _wake(self) -> None:
-        if self._waiting:
-            self._waiting = False
-            self._changed.set()
-            self._changed = trio.Event()
+    async def _park(self) -> None:
+        """Wait for `_wake` (or cancellation) in the FIFO of parked readers."""
+        task = trio.lowlevel.current_task()
+        parked = self._parked
+        parked[task] = self._wakes
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            del parked[task]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _lead(self) -> None:
+        """Park as the reader that times the flush window; wake everyone when it ends."""
+        with trio.CancelScope() as window:
+            if self._held:  # frames were held while no reader led
+                window.deadline = self._last_wake + self._flush_s
+            self._leader = window
+            try:
+                await self._park()
+            finally:
+                # Still the leader: the window ended, or this reader is leaving
+                # (cancelled). Either way, nobody else times the held frames.
+                if self._leader is window:
+                    self._leader = None
+                    if self._held:
+                        self._wake()
+
+    def _notify(self) -> None:
+        """Wake parked readers now, or hold the append until the window ends."""
+        leader = self._leader
+        if leader is not None:
+            due = self._last_wake + self._flush_s
+            if trio.current_time() < due:
+                if not self._held:
+                    self._held = True
+                    leader.deadline = due
+                return
+        self._wake()
+
+    def _wake(self, *, everyone: bool = False) -> None:
+        """Start a wave: unpark the readers parked before now, `WAKE_WAVE` at a time."""
+        if self._parked:
+            self._wakes += 1
+            self._held = False
+            self._leader = None
+            if self._flush_s > 0:
+                self._last_wake = trio.current_time()
+            self._unpark(len(self._parked) if everyone else WAKE_WAVE)
+
+    def _unpark(self, count: int) -> None:
+        """Reschedule up to ``count`` readers that parked before the latest wake-up."""
+        parked = self._parked
+        wakes = self._wakes
+        while count and parked:
+            task = next(iter(parked))
+            if parked[task] >= wakes:  # parked after it: already saw the newest frames
+                return
+            del parked[task]
+            trio.lowlevel.reschedule(task)
+            count -= 1
 
     def _trim(self) -> None:
         frames = self._frames
