@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from .._config import Config
 from .base import Engine, EngineInfo, GenerationRequest, GenerationResult, SamplingSettings
-from .scripted import ScriptedEngine
+from .scripted import ScriptedEngine, open_scripted_engine
 
 __all__ = [
     "Engine",
@@ -24,7 +24,12 @@ __all__ = [
 async def open_engine(config: Config) -> AsyncIterator[Engine]:
     """The engine ``config`` asks for, started, and shut down on exit."""
     if config.engine == "scripted":
-        yield ScriptedEngine(model=config.model_name, token_delay_s=config.token_delay_s)
+        async with open_scripted_engine(
+            model=config.model_name,
+            token_delay_s=config.token_delay_s,
+            stepped=config.token_steps,
+        ) as scripted:
+            yield scripted
         return
     try:
         from .vllm import open_vllm_engine

@@ -8,17 +8,23 @@ Task tree::
     open_vllm_engine                      (in the service's root nursery)
     └── trio_asyncio loop                 asyncio tasks run as Trio tasks
         ├── AsyncLLM output handler       vLLM's own (pulls from the engine core process)
-        └── one pump per request          AsyncLLM.generate -> trio memory channel
+        ├── one pump per request          AsyncLLM.generate -> the dispatcher's queue
+        └── dispatcher (a Trio task)      the queue -> each request's sink
 
 Per request, an asyncio *pump* task iterates ``AsyncLLM.generate`` (token
-deltas, no detokenization) and hands each output to a Trio memory channel with
-``send_nowait``; the Trio side drains whatever is queued per wake-up and feeds
-it to the sink in one batch. Measured: ~3 µs per item this way, ~50 µs with
-``aio_as_trio`` per item.
+deltas, no detokenization) and appends each output to one shared queue, waking
+the dispatcher. vLLM's output handler fills every request's collector per engine
+step and the pumps run right after it, so the dispatcher wakes once per step,
+not once per request per token, and calls each request's sink itself (in that
+request's context). The task awaiting `VllmEngine.generate` sleeps until its
+request ends. (``aio_as_trio`` per item would cost ~50 µs; a Trio memory channel
+per request costs a Trio wake-up per request per step.)
 
-Cancelling the Trio side cancels the pump (vLLM aborts the request when its
-generator is cancelled) and then aborts it explicitly, shielded and bounded:
-the request never depends on garbage collection to end.
+Cancelling the Trio side stops the sink at once (no output reaches it after),
+cancels the pump (vLLM aborts the request when its generator is cancelled) and
+then aborts it explicitly, shielded and bounded: the request never depends on
+garbage collection to end. A sink that raises aborts the request the same way,
+and its exception propagates from `generate`.
 
 ``AsyncLLM`` is built in a worker thread (it takes ~20 s and spawns the engine
 core process), so Trio stays responsive meanwhile. vLLM always spawns its
@@ -30,13 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, final
 
 import trio
@@ -66,7 +73,24 @@ logger = logging.getLogger("trio_responses.engine.vllm")
 
 SCRIPTED_LOGITS_PROCESSOR = "trio_responses.engine.vllm_testing:ScriptedLogitsProcessor"
 
-_END = object()  # the pump's last item
+_END = object()  # the pump's last item: vLLM finished the request
+_CLOSED = object()  # the pump's last item when the loop cancelled it: no end came
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One request's outputs on the Trio side, filled in by the dispatcher."""
+
+    sink: TokenSink
+    context: contextvars.Context
+    done: trio.Event = field(default_factory=trio.Event)
+    ended: bool = False
+    """No more outputs go to ``sink`` (vLLM is done with it, or we are)."""
+    sink_failed: bool = False
+    error: BaseException | None = None
+    finish_reason: str | None = None
+    cached: int = 0
+    produced: int = 0
 
 
 @final
@@ -94,6 +118,10 @@ class VllmEngine:
         )
         self._running: set[str] = set()
         self._dead = False
+        self._streams: set[_Stream] = set()
+        self._ready: list[tuple[_Stream, Any]] = []
+        self._wake = trio.Event()
+        self._dispatching = False
 
     @property
     def info(self) -> EngineInfo:
@@ -122,61 +150,91 @@ class VllmEngine:
             INLINE_BYTES + 1 if self._scripted and request.constraint is not None else 0,
             functools.partial(self._sampling_params, request),
         )
+        if not self._dispatching:
+            raise EngineError("The inference engine stopped this request.")
         prompt = tokens_input(list(request.prompt_token_ids))
-        send, receive = trio.open_memory_channel[Any](math.inf)
         request_id = request.request_id
+        stream = _Stream(sink, contextvars.copy_context())
+        self._streams.add(stream)
         self._running.add(request_id)
-        pump = self._loop.create_task(self._pump(prompt, params, request_id, send))
-        finish_reason: str | None = None
-        cached = 0
-        produced = 0
-        ended = False
+        pump = self._loop.create_task(self._pump(prompt, params, request_id, stream))
         try:
-            async with receive:
-                while True:
-                    try:
-                        batch = [await receive.receive()]
-                    except trio.EndOfChannel:  # the loop is closing under us
-                        ended = True
-                        raise EngineError("The inference engine stopped this request.") from None
-                    with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
-                        while True:
-                            batch.append(receive.receive_nowait())
-                    tokens: list[int] = []
-                    for item in batch:
-                        if item is _END:
-                            ended = True
-                            break
-                        if isinstance(item, BaseException):
-                            ended = True  # the request is over on vLLM's side
-                            raise self._engine_error(item)
-                        output = item.outputs[0]
-                        tokens.extend(output.token_ids)
-                        if item.num_cached_tokens:
-                            cached = item.num_cached_tokens
-                        if output.finish_reason is not None:
-                            finish_reason = output.finish_reason
-                        if finish_reason == "error":
-                            # e.g. its grammar rejected a token: the output is not valid.
-                            ended = True
-                            raise EngineError("The inference engine failed this request.")
-                    if tokens:
-                        produced += len(tokens)
-                        sink(tokens)
-                    if ended:
-                        break
+            await stream.done.wait()
         finally:
             self._running.discard(request_id)
-            if not ended:  # cancelled, or the sink raised: vLLM must stop too
+            self._streams.discard(stream)
+            finished = stream.ended
+            stream.ended = True  # from here on the dispatcher never calls the sink
+            if not finished or stream.sink_failed:  # cancelled, or the sink raised
                 with trio.CancelScope(shield=True) as cleanup:
                     cleanup.deadline = trio.current_time() + self._cleanup_timeout_s
                     await self._abort(pump, request_id)
+        if stream.error is not None:
+            raise stream.error
         return GenerationResult(
-            finish_reason="length" if finish_reason == "length" else "stop",
+            finish_reason="length" if stream.finish_reason == "length" else "stop",
             prompt_tokens=len(request.prompt_token_ids),
-            cached_tokens=cached,
-            output_tokens=produced,
+            cached_tokens=stream.cached,
+            output_tokens=stream.produced,
         )
+
+    async def run_dispatcher(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Trio task: hands every request's outputs to its sink, batch by batch.
+
+        The pumps queue outputs and wake this task once; it drains all that is
+        queued (every request's tokens of an engine step) in one wake-up. When
+        it stops, the requests still waiting fail with `EngineError`.
+        """
+        self._dispatching = True
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                ready, self._ready = self._ready, []
+                for stream, item in ready:
+                    if not stream.ended:
+                        self._deliver(stream, item)
+        finally:
+            self._dispatching = False
+            for stream in list(self._streams):
+                if not stream.ended:
+                    stream.ended = True
+                    stream.error = EngineError("The inference engine stopped this request.")
+                    stream.done.set()
+
+    def _deliver(self, stream: _Stream, item: Any) -> None:
+        """One output (or the end, or an error) of one request, on the Trio side."""
+        if item is _END or item is _CLOSED or isinstance(item, BaseException):
+            stream.ended = True  # the request is over on vLLM's side
+            if isinstance(item, BaseException):
+                stream.error = self._engine_error(item)
+            elif item is _CLOSED:
+                stream.error = EngineError("The inference engine stopped this request.")
+            stream.done.set()
+            return
+        output = item.outputs[0]
+        if item.num_cached_tokens:
+            stream.cached = item.num_cached_tokens
+        if output.finish_reason is not None:
+            stream.finish_reason = output.finish_reason
+        if stream.finish_reason == "error":
+            # e.g. its grammar rejected a token: the output is not valid.
+            stream.ended = True
+            stream.error = EngineError("The inference engine failed this request.")
+            stream.done.set()
+            return
+        tokens = output.token_ids
+        if tokens:
+            stream.produced += len(tokens)
+            try:
+                stream.context.run(stream.sink, tokens)
+            except Exception as error:  # raised again in the request's own task
+                stream.ended = stream.sink_failed = True
+                stream.error = error
+                stream.done.set()
 
     def _sampling_params(self, request: GenerationRequest) -> SamplingParams:
         extra_args = None
@@ -197,22 +255,29 @@ class VllmEngine:
         prompt: dict[str, Any],
         params: SamplingParams,
         request_id: str,
-        send: trio.MemorySendChannel[Any],
+        stream: _Stream,
     ) -> None:
-        """asyncio task: the request's outputs into the Trio channel, then _END."""
+        """asyncio task: the request's outputs into the dispatcher's queue, then _END."""
         outputs = self._llm.generate(prompt, params, request_id)
+        last: Any = _CLOSED  # cancelled without an end: the loop is closing under us
         try:
             async for output in outputs:
-                send.send_nowait(output)
-            send.send_nowait(_END)
+                self._queue(stream, output)
+            last = _END
         except asyncio.CancelledError:
             raise
         except Exception as error:  # reported to the Trio side, which raises it
-            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                send.send_nowait(error)
+            last = error
         finally:
-            await outputs.aclose()
-            send.close()
+            try:
+                await outputs.aclose()
+            finally:
+                self._queue(stream, last)
+
+    def _queue(self, stream: _Stream, item: Any) -> None:
+        """Hand ``item`` to the dispatcher (one wake-up for all that queue meanwhile)."""
+        self._ready.append((stream, item))
+        self._wake.set()
 
     async def _abort(self, pump: asyncio.Task[None], request_id: str) -> None:
         """Stop the pump and abort the request in vLLM (idempotent there)."""
@@ -329,11 +394,14 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
             cleanup_timeout_s=config.cleanup_timeout_s,
         )
         logger.info("vLLM is ready")
-        try:
-            yield engine
-        finally:
-            with trio.CancelScope(shield=True):
-                await engine.aclose()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.run_dispatcher)
+            try:
+                yield engine
+            finally:
+                with trio.CancelScope(shield=True):
+                    await engine.aclose()
+                nursery.cancel_scope.cancel()
 
 
 __all__: Sequence[str] = ["VllmEngine", "engine_args", "open_vllm_engine", "structured_outputs"]

@@ -107,14 +107,16 @@ class TurnTranslator:
                 open item (if any) is left open for the caller to close.
         """
         parser = self._parser
+        process = parser.process
         builder = self._builder
         structural = self._structural
+        append = self.tokens.append
         for token in tokens:
             if self._done:
                 return
-            self.tokens.append(token)
+            append(token)
             try:
-                parser.process(token)
+                process(token)
             except HarmonyError as error:
                 raise MalformedOutput(
                     f"the model produced invalid harmony tokens: {error}"
@@ -130,6 +132,7 @@ class TurnTranslator:
                 if delta:
                     self._captured.append(delta)
                 continue
+            # The common case: a text token inside an open item.
             open_kind = builder.open_kind
             if open_kind is None:
                 continue
