@@ -1,7 +1,9 @@
 """Server CPU per output token, and added latency per event, at one token per wake-up.
 
-    python bench/cpu_per_token.py [scripted N ...] [fanout N ...]
-        (default: scripted 8 64 256, fanout 20 1000)
+    python bench/cpu_per_token.py [scripted N ...] [stepped N ...] [fanout N ...]
+        (default: scripted 8 64 256, stepped 8 64 256, fanout 20 1000)
+
+    FLUSH_MS=X: run the server with ``--stream-flush-ms X`` (default: the server's).
 
 The server (``bench/_paced_server.py``: the real server, scripted engine) runs in
 its own process and the SSE clients (``bench/_sse_clients.py``) in another, so
@@ -12,6 +14,10 @@ as with a real engine, where a decode step yields one token per running request.
 ``scripted N``: N concurrent ``POST /v1/responses`` streams of ``tokens:T``. The
 pace is N / RATE seconds per token (RATE = 2,000 tokens/s offered in all, so the
 box is not saturated at any N) and T makes each stream last about 4 s.
+
+``stepped N``: the same, with the engine paced like a GPU's decode steps
+(``--token-steps``): one clock tick per pace gives every running stream its next
+token at once, so all N tokens of a step reach the server in one wake-up.
 
 ``fanout N``: one background response of ``tokens:1000`` at 5 ms a token, queued
 behind a blocker while N readers attach (``GET /v1/responses/{id}?stream=true``),
@@ -114,6 +120,8 @@ class PacedServer:
 
 
 async def start_server(**fields: object) -> PacedServer:
+    if os.environ.get("FLUSH_MS"):
+        fields["stream_flush_ms"] = float(os.environ["FLUSH_MS"])
     host, port = "127.0.0.1", _free_port()
     times_path = tempfile.mktemp(prefix="cpu-per-token-", suffix=".json")
     # PY_SPY_RAW=PATH: record the server with py-spy (collapsed stacks to PATH).
@@ -200,10 +208,12 @@ def added_latencies(
     return lags
 
 
-async def scripted(count: int) -> Figures:
+async def scripted(count: int, *, stepped: bool = False) -> Figures:
     delay = count / RATE
     text_tokens = max(50, round(DURATION_S / delay))
-    server = await start_server(token_delay_s=delay, max_active_jobs=max(64, count))
+    server = await start_server(
+        token_delay_s=delay, token_steps=stepped, max_active_jobs=max(64, count)
+    )
     try:
         body = {"model": MODEL, "input": f"tokens:{text_tokens}", "stream": True}
         request = request_bytes(body)
@@ -228,7 +238,12 @@ async def scripted(count: int) -> Figures:
     if window and window["deltas"]:
         steady = (window["end_ticks"] - window["start_ticks"]) / CLK_TCK / window["deltas"] * 1e6
     return Figures(
-        f"scripted {count}", tokens, cpu, steady, added_latencies(result, times, text_tokens), wall
+        f"{'stepped' if stepped else 'scripted'} {count}",
+        tokens,
+        cpu,
+        steady,
+        added_latencies(result, times, text_tokens),
+        wall,
     )
 
 
@@ -286,7 +301,7 @@ def parse(argv: list[str]) -> list[tuple[str, int]]:
     plan: list[tuple[str, int]] = []
     mode = "scripted"
     for arg in argv:
-        if arg in ("scripted", "fanout"):
+        if arg in ("scripted", "stepped", "fanout"):
             mode = arg
         else:
             plan.append((mode, int(arg)))
@@ -294,6 +309,9 @@ def parse(argv: list[str]) -> list[tuple[str, int]]:
         ("scripted", 8),
         ("scripted", 64),
         ("scripted", 256),
+        ("stepped", 8),
+        ("stepped", 64),
+        ("stepped", 256),
         ("fanout", 20),
         ("fanout", 1000),
     ]
@@ -302,7 +320,10 @@ def parse(argv: list[str]) -> list[tuple[str, int]]:
 async def main(argv: list[str]) -> None:
     print(f"{os.cpu_count()} cores, {load()}, {RATE:,.0f} tokens/s offered (scripted)")
     for mode, count in parse(argv):
-        figures = await (scripted(count) if mode == "scripted" else fanout(count))
+        if mode == "fanout":
+            figures = await fanout(count)
+        else:
+            figures = await scripted(count, stepped=mode == "stepped")
         print(figures.line(), flush=True)
 
 

@@ -122,6 +122,9 @@ class Config:
     """Names clients pass as ``model``; the first is reported in responses."""
     token_delay_s: float = 0.0
     """Scripted engine: pause between output tokens."""
+    token_steps: bool = False
+    """Scripted engine with ``token_delay_s``: pace like a GPU decode loop, one shared
+    tick per delay handing every running request its next token (``--token-steps``)."""
     vllm_args: tuple[str, ...] = ()
     """vLLM engine: ``KEY=VALUE`` pairs passed to ``AsyncEngineArgs`` (values as JSON
     when they parse), e.g. ``tensor_parallel_size=2``, ``gpu_memory_utilization=0.85``."""
@@ -201,6 +204,11 @@ class Config:
     sse_write_timeout_s: float = 30.0
     """A stream whose client takes longer than this to accept a write is closed
     (a foreground response is then cancelled)."""
+    stream_flush_ms: float = 5.0
+    """Live streams: readers of a response are woken at most once per this many
+    milliseconds, so a fast response reaches each reader in fewer, larger writes.
+    The first event after a quiet window and the terminal event are never held;
+    an event is held at most this long. 0: every event is written at once."""
     replay_events: int = 65_536
     """Event-log ring: most events kept per response (replay for resume)."""
     replay_bytes: int = 32 * 1024 * 1024
@@ -270,6 +278,7 @@ class Config:
         for name in (
             "token_delay_s",
             "sse_keepalive_s",
+            "stream_flush_ms",
             "stream_retention_s",
             "store_ttl_s",
             "shutdown_grace_s",

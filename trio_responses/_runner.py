@@ -330,7 +330,11 @@ class JobRunner:
             owner=owner,
             created_at=int(time.time()),
             echo=request_echo(request),
-            log=EventLog(max_events=config.replay_events, max_bytes=config.replay_bytes),
+            log=EventLog(
+                max_events=config.replay_events,
+                max_bytes=config.replay_bytes,
+                flush_s=config.stream_flush_ms / 1000,
+            ),
         )
         job.builder.seal_reasoning = prepared.seal_reasoning
         if request.store:

@@ -113,6 +113,12 @@ _SERVE_OPTIONS = (
     ),
     _Option("--token-delay", "token_delay_s", "scripted engine: seconds between tokens", float),
     _Option(
+        "--token-steps",
+        "token_steps",
+        "scripted engine with --token-delay: one shared tick per delay for all requests",
+        switch=True,
+    ),
+    _Option(
         "--vllm-arg",
         "vllm_args",
         "vLLM engine: KEY=VALUE for AsyncEngineArgs, e.g. tensor_parallel_size=2 "
@@ -266,6 +272,13 @@ _SERVE_OPTIONS = (
         "--sse-keepalive",
         "sse_keepalive_s",
         "seconds of silence before a keep-alive comment on a stream",
+        float,
+    ),
+    _Option(
+        "--stream-flush-ms",
+        "stream_flush_ms",
+        "milliseconds a live stream may hold an event to write it with the next ones "
+        "(readers are woken at most once per window; 0: write every event at once)",
         float,
     ),
 )
