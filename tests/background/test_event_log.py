@@ -194,9 +194,60 @@ async def test_flush_window_holds_fast_appends_for_one_bounded_wake_up(
     assert all(reader.frames == [_frame(n) for n in range(4)] for reader in readers)
 
 
+async def test_a_lone_reader_is_never_held(mock_clock: trio.testing.MockClock) -> None:
+    log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=10.0)
+    reader = _Reader(log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.run)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.001)
+        log.append(_frame(1))  # within the window, but nobody else to coalesce for
+        await trio.testing.wait_all_tasks_blocked()
+        assert reader.batches == [(0.0, [_frame(0)]), (pytest.approx(0.001), [_frame(1)])]
+        log.close()
+
+
+async def test_a_leader_alone_waits_quietly_after_its_window_ends(
+    mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two readers, one busy elsewhere: when the window ends the waiting one (the
+    # leader) wakes itself; its next wait must park until the next append, not wake
+    # over and over.
+    log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=0.005)
+    busy = LogSubscription(log, -1)  # open, not reading
+    waits = 0
+    lead = EventLog._lead
+
+    async def counted(self: EventLog) -> None:
+        nonlocal waits
+        waits += 1
+        await lead(self)
+
+    monkeypatch.setattr(EventLog, "_lead", counted)
+    reader = _Reader(log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.run)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.001)
+        log.append(_frame(1))  # held: within the window
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.004)  # the window ends: the reader takes frame 1
+        for _ in range(100):
+            await trio.lowlevel.checkpoint()
+        assert reader.frames == [_frame(0), _frame(1)]
+        assert waits <= 4, f"the reader woke {waits} times with nothing to read"
+        log.close()
+    busy.close()
+
+
 async def test_the_terminal_event_is_never_held(mock_clock: trio.testing.MockClock) -> None:
     log = EventLog(max_events=100, max_bytes=1 << 20, flush_s=10.0)
     reader = _Reader(log)
+    other = LogSubscription(log, -1)  # a second reader (busy elsewhere): fan-out
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reader.run)
         await trio.testing.wait_all_tasks_blocked()
@@ -210,6 +261,7 @@ async def test_the_terminal_event_is_never_held(mock_clock: trio.testing.MockClo
         log.close()
         await trio.testing.wait_all_tasks_blocked()
         assert reader.ended.is_set()
+    other.close()
     assert reader.batches[1] == (pytest.approx(0.001), [_frame(1), _frame(2)])
 
 

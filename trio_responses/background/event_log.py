@@ -18,17 +18,20 @@ waves of bounded size, one scheduler pass after another, and the producer (and
 every other task) keeps running between the waves. Readers later in the wave
 find more frames waiting and take them in one write.
 
-With a flush window (``flush_s`` > 0, ``--stream-flush-ms``) parked readers are
-woken at most once per window: an append that comes less than ``flush_s`` after
-the previous wake-up is held until the window ends, so a fast producer's frames
-reach each reader in fewer, larger writes. An append after a quiet window (the
-first event included) wakes at once, and `close` wakes every reader at once
-(the terminal event is the last append before it), so neither is ever held.
-The window's timer is a single deadline per log, carried by one parked reader
-(the *leader*, the first to park after a wake-up): when it expires the leader
-wakes the others. A leader that leaves early (cancelled) does the same on its
-way out rather than strand held frames. Ordering and cursors are unaffected:
-waking only decides when parked readers look.
+With a flush window (``flush_s`` > 0, ``--stream-flush-ms``) and more than one
+reader (fan-out), parked readers are woken at most once per window: an append
+that comes less than ``flush_s`` after the previous wake-up is held until the
+window ends, so a fast producer's frames reach each reader in fewer, larger
+writes. An append after a quiet window (the first event included) wakes at
+once, and `close` wakes every reader at once (the terminal event is the last
+append before it), so neither is ever held. A lone reader (a foreground stream)
+is never held: it batches by itself whenever the producer is faster than its
+writes, and holding would only add latency and a timer per event. The window's
+timer is a single deadline per log, carried by one parked reader (the
+*leader*, the first to park after a wake-up): when it expires the leader wakes
+the others. A leader that leaves early (cancelled) does the same on its way out
+rather than strand held frames. Ordering and cursors are unaffected: waking
+only decides when parked readers look.
 """
 
 from __future__ import annotations
@@ -173,7 +176,7 @@ class EventLog:
         Cancellation: safe; nothing is consumed by waiting.
         """
         while not self._closed and self.next_sequence_number <= cursor + 1:
-            if self._flush_s <= 0 or self._leader is not None:
+            if self._flush_s <= 0 or self._leader is not None or self.subscribers <= 1:
                 await self._park()
             else:
                 await self._lead()
@@ -222,13 +225,19 @@ class EventLog:
         self._wake()
 
     def _wake(self, *, everyone: bool = False) -> None:
-        """Start a wave: unpark the readers parked before now, `WAKE_WAVE` at a time."""
+        """Start a wave: unpark the readers parked before now, `WAKE_WAVE` at a time.
+
+        The window's bookkeeping is reset even when nobody else is parked: a leader
+        whose window ended wakes itself, and the held frames are released by that
+        (else its next wait would find the window long over, yet frames held, and
+        wake at once again and again).
+        """
+        self._wakes += 1
+        self._held = False
+        self._leader = None
+        if self._flush_s > 0:
+            self._last_wake = trio.current_time()
         if self._parked:
-            self._wakes += 1
-            self._held = False
-            self._leader = None
-            if self._flush_s > 0:
-                self._last_wake = trio.current_time()
             self._unpark(len(self._parked) if everyone else WAKE_WAVE)
 
     def _unpark(self, count: int) -> None:
