@@ -94,6 +94,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any, NoReturn, TypeVar, final
 
 import coredis
@@ -105,6 +106,7 @@ from coredis.response.types import StreamEntry
 from coredis.tokens import PureToken
 
 from .._config import Config, redacted_url
+from .._offload import estimated_size, offload
 from ..background.event_log import EventLog, SubscriberLagged
 from ..background.subscription import ReaderSubscription, Subscription
 from ..protocol.builder import terminal_frame
@@ -156,8 +158,6 @@ _CONNECT_TIMEOUT_S = 5.0
 _BLOCKING_CONNECTIONS = 4_096
 """Blocking reads in flight at once (one per live reader, one per control loop)."""
 _CONTROL_MAXLEN = 1_000
-_DECODE_INLINE_BYTES = 1 << 16
-"""Records larger than this are decoded in a worker thread, not on the event loop."""
 _MAX_TTL_S = 10 * 365 * 24 * 3600.0
 """TTLs longer than this (``inf`` included) are capped: PX takes a finite number."""
 _RETRY_FIRST_S = 0.05
@@ -973,6 +973,12 @@ def _encode_record(record: StoredResponse) -> tuple[bytes, int]:
     return value, len(response) + len(input_items)
 
 
+async def _encode_off_loop(record: StoredResponse) -> tuple[bytes, int]:
+    """`_encode_record`, in a worker thread of the store's lane when the record is large."""
+    estimate = estimated_size([record.response, record.input_items])
+    return await offload(estimate, partial(_encode_record, record), lane="store")
+
+
 def _decode_record(raw: bytes) -> StoredResponse:
     data = json.loads(raw)
     return StoredResponse(
@@ -1022,8 +1028,8 @@ class RedisStore:
         """Write the record; a finished one is indexed in its owner's index, in the same
         script that evicts that index's oldest finished records beyond its share."""
         record = replace(record, updated_at=time.time())
-        # Records can be large (long inputs): encode them off the event loop.
-        value, size = await trio.to_thread.run_sync(_encode_record, record)
+        # Records can be large (long inputs): encode those off the event loop.
+        value, size = await _encode_off_loop(record)
         index_keys, bounds = self._index(record.owner)
         await self._redis.run(
             self._redis.put,
@@ -1052,10 +1058,7 @@ class RedisStore:
         raw = await _io(self._redis.commands.get(_record_key(response_id)))
         if raw is None:
             return None
-        if len(raw) > _DECODE_INLINE_BYTES:
-            record = await trio.to_thread.run_sync(_decode_record, raw)
-        else:
-            record = _decode_record(raw)
+        record = await offload(len(raw), partial(_decode_record, raw), lane="store")
         return record if record.owner == owner else None
 
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
@@ -1117,7 +1120,7 @@ class RedisStore:
             record = replace(_decode_record(raw).interrupted(), updated_at=time.time())
             end = await redis.log_end(response_id)
             frame = b"" if end is None else terminal_frame(record.response, end)
-            value, size = await trio.to_thread.run_sync(_encode_record, record)
+            value, size = await _encode_off_loop(record)
             index_keys, bounds = self._index(record.owner)
             claimed = await redis.run(
                 redis.claim,
@@ -1258,8 +1261,10 @@ class RedisConversations:
         raw = await self._use(conversation_id, owner, "items")
         if raw is None:
             return None
-        return await trio.to_thread.run_sync(
-            lambda: [json.loads(item) for item in raw if item is not None]
+        return await offload(
+            sum(len(item) for item in raw if item is not None),
+            lambda: [json.loads(item) for item in raw if item is not None],
+            lane="store",
         )
 
     async def add_items(
