@@ -14,7 +14,7 @@ For ``POST /v1/responses``:
   the request is prepared, without the lock);
 - `Conversations.begin` takes the conversation's lock for one response and
   checks, under the lock, that the conversation is still the one its prompt was
-  rendered from (`PreparedOnConversation.context_ids`): if another response was
+  rendered from (`PreparedRequest.context_ids`): if another response was
   appended meanwhile, the lock is released and the request refused (400
   ``conversation_locked``, retry it). It returns a `ConversationTurn`, which the
   job keeps alive while it runs and which, when the response ends ``completed``
@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import Any, Literal, final
 
 import trio
@@ -99,22 +98,6 @@ def check_id(value: str, param: str, what: str) -> None:
             f"No {what} has that id: ids are letters, digits, '_' and '-', at most 128 characters.",
             param=param,
         )
-
-
-@dataclass(frozen=True)
-class PreparedOnConversation(PreparedRequest):
-    """A prepared request on a conversation: which items its prompt was rendered from."""
-
-    context_ids: tuple[str, ...] = ()
-    """The ids of the conversation's items, in order, as `Conversations.context` read them."""
-
-
-def on_conversation(
-    prepared: PreparedRequest, context: Sequence[dict[str, Any]]
-) -> PreparedOnConversation:
-    """``prepared``, remembering the conversation items ``context`` it was rendered from."""
-    values = {field.name: getattr(prepared, field.name) for field in fields(prepared)}
-    return PreparedOnConversation(**values, context_ids=context_ids(context))
 
 
 def context_ids(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
@@ -552,7 +535,7 @@ class Conversations:
         self, prepared: PreparedRequest, owner: str | None, response_id: str
     ) -> ConversationTurn | None:
         """Take the lock of the request's conversation for ``response_id`` (None
-        without ``conversation``) and, for a `PreparedOnConversation`, check under
+        without ``conversation``) and, when ``prepared.context_ids`` is set, check under
         the lock that the conversation still holds the items its prompt was rendered
         from. The lock is released again if this raises (or is cancelled).
 
@@ -590,7 +573,7 @@ class Conversations:
                     param="conversation",
                     code="conversation_locked",
                 )
-            if isinstance(prepared, PreparedOnConversation):
+            if prepared.context_ids is not None:
                 items = await self._store.items(conversation_id, owner=owner)
                 if items is None:
                     raise _not_found(conversation_id, param="conversation")

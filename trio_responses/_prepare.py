@@ -62,6 +62,9 @@ class PreparedRequest:
     seal_reasoning: Callable[[str], str] | None = None
     """Seals a reasoning item's text as its ``encrypted_content`` (``include``
     ``reasoning.encrypted_content``); set by the service, which knows the owner."""
+    context_ids: tuple[str, ...] | None = None
+    """With ``conversation``: the ids of the conversation's items, in order, that the
+    prompt was rendered from (checked again under the conversation's lock)."""
 
 
 Unseal = Callable[[InputItem, str | None], InputItem]

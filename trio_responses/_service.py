@@ -34,7 +34,7 @@ import trio
 
 from ._compaction import compacted_response, parse_compact_request, summarizing_request
 from ._config import Config
-from ._conversations import Conversations, on_conversation
+from ._conversations import Conversations, context_ids
 from ._exceptions import InvalidRequestError, NotFoundError
 from ._offload import estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
@@ -302,7 +302,7 @@ class ResponsesService:
             partial(prepare, request, context, config=self.config, unseal=unseal),
         )
         if request.conversation_id is not None:
-            prepared = on_conversation(prepared, context)
+            prepared = replace(prepared, context_ids=context_ids(context))
         if INCLUDE_REASONING in request.include:
             prepared = replace(prepared, seal_reasoning=reasoning_sealer(self.sealer, owner))
         return prepared
