@@ -28,8 +28,19 @@ async def _race(service: ResponsesService, rng: random.Random, outcomes: list[st
         assert terminal["type"] in ("response.completed", "response.failed")
         seen.append(terminal["response"]["status"])
 
+    # The cancel lands after the canceller has seen `after` events of the
+    # stream (counted, not timed, so the mix of outcomes does not depend on how
+    # fast the machine is); past the last event it meets a completed response.
+    after = rng.randint(0, tokens + 12)
+
     async def cancel() -> None:
-        await trio.sleep(rng.random() * 0.03)
+        if after:
+            with await service.subscribe(job.id) as subscription:
+                seen_events = 0
+                async for _ in subscription:
+                    seen_events += 1
+                    if seen_events == after:
+                        break
         try:
             result = await service.cancel(job.id)
             assert result["status"] == "cancelled"
