@@ -124,7 +124,9 @@ async def start_server(**fields: object) -> PacedServer:
         fields["stream_flush_ms"] = float(os.environ["FLUSH_MS"])
     host, port = "127.0.0.1", _free_port()
     times_path = tempfile.mktemp(prefix="cpu-per-token-", suffix=".json")
-    # PY_SPY_RAW=PATH: record the server with py-spy (collapsed stacks to PATH).
+    # PY_SPY_RAW=PATH: record the server with py-spy (collapsed stacks to PATH), only
+    # samples holding the GIL: a socket write is off the CPU while the kernel wakes
+    # the reader and hands it ours, and would otherwise count as ours.
     profile = os.environ.get("PY_SPY_RAW")
     spy = (
         []
@@ -136,6 +138,7 @@ async def start_server(**fields: object) -> PacedServer:
             "raw",
             "--rate",
             "250",
+            "--gil",
             "--output",
             f"{profile}.{len(os.listdir(os.path.dirname(profile)))}",
             "--",

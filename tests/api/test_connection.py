@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
+import h11
 import pytest
 import trio
 import trio.testing
@@ -136,3 +137,74 @@ async def test_clients_hanging_up_after_the_response_cause_no_server_errors(
     await trio.sleep(0.2)
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert errors == []
+
+
+def _request_head(body: bytes) -> h11.Request:
+    return h11.Request(
+        method="POST",
+        target="/v1/responses",
+        headers=[
+            ("Host", "test"),
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+        ],
+    )
+
+
+async def _exchange(
+    socket: trio.SocketStream, client: h11.Connection, body: bytes
+) -> tuple[h11.Response, bytes]:
+    """One request on ``socket``, its response read and checked by h11 (framing included)."""
+    await socket.send_all(client.send(_request_head(body)))
+    await socket.send_all(client.send(h11.Data(data=body)))
+    await socket.send_all(client.send(h11.EndOfMessage()))
+    head: h11.Response | None = None
+    received = bytearray()
+    with trio.fail_after(10):
+        while True:
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                client.receive_data(await socket.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                head = event
+            elif isinstance(event, h11.Data):
+                received.extend(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            else:
+                raise AssertionError(f"unexpected {event!r}")
+    assert head is not None
+    return head, bytes(received)
+
+
+async def test_streams_are_framed_for_the_client_http_version(server: Server) -> None:
+    """HTTP/1.1 bodies are chunked (and the connection serves the next request after
+    one); an HTTP/1.0 client gets the body up to the close. h11 checks the framing."""
+    socket = await _open_socket(server)
+    client = h11.Connection(our_role=h11.CLIENT)
+    for text in ("first", "second"):
+        body = json.dumps({"model": MODEL, "input": f"tokens:40 {text}", "stream": True})
+        head, received = await _exchange(socket, client, body.encode())
+        assert head.status_code == 200
+        assert (b"transfer-encoding", b"chunked") in head.headers
+        events = parse_sse(received)
+        assert events[-1].data == "[DONE]" and events[-2].event == "response.completed"
+        assert len([e for e in events if e.event == "response.output_text.delta"]) == 40
+        client.start_next_cycle()
+    await socket.aclose()
+
+    socket = await _open_socket(server)
+    request = _post({"model": MODEL, "input": "tokens:40", "stream": True})
+    await socket.send_all(request.replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n", 1))
+    reply = bytearray()
+    with trio.fail_after(10):
+        while chunk := await socket.receive_some(65536):
+            reply.extend(chunk)
+    head_bytes, _, received = bytes(reply).partition(b"\r\n\r\n")
+    assert head_bytes.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding" not in head_bytes.lower()
+    events = parse_sse(received)
+    assert events[-1].data == "[DONE]"
+    assert len([e for e in events if e.event == "response.output_text.delta"]) == 40
+    await socket.aclose()
+    _assert_nothing_left(server)

@@ -27,7 +27,7 @@ from ..background.subscription import Subscription
 from ..metrics import Metrics
 from ..protocol.builder import stream_error_frame
 from ..protocol.sse import DONE, KEEPALIVE
-from .asgi import response_send
+from .asgi import RawWrite, response_chunk_write, response_send
 
 _CHUNKS_PER_CHECKPOINT = 16
 """A body writing chunk after chunk without waiting yields this often."""
@@ -61,26 +61,28 @@ class SSEBody:
             raise StopAsyncIteration
         send = response_send.get()
         if send is not None:
-            await self._write_all(send)
+            await self._write_all(response_chunk_write.get() or _body_writer(send))
             raise StopAsyncIteration
         with trio.move_on_after(self._keepalive_s):
             return await self._next_chunk()
         return KEEPALIVE
 
-    async def _write_all(self, send: ASGISendCallable) -> None:
-        """Write the whole stream through ``send``, keep-alives included.
+    async def _write_all(self, write: RawWrite) -> None:
+        """Write the whole stream with ``write``, keep-alives included.
 
         Served by our ASGI wrapper, the body writes its chunks itself: no cancel
         scope per event (the keep-alive is a second task that wakes once per
-        ``keepalive_s``), and no round trip through Quart's body loop.
+        ``keepalive_s``), and no round trip through Quart's body loop; on
+        HTTP/1.1, not through hypercorn's stream and h11 either
+        (`response_chunk_write`).
         """
         self._last_write = trio.current_time()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_alive, send)
+            nursery.start_soon(self._keep_alive, write)
             turns = 0
             while not self._finished:
                 chunk = await self._next_chunk()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await write(chunk)
                 self._last_write = trio.current_time()
                 turns += 1
                 if turns % _CHUNKS_PER_CHECKPOINT == 0:
@@ -89,7 +91,7 @@ class SSEBody:
                     await trio.lowlevel.checkpoint()
             nursery.cancel_scope.cancel()
 
-    async def _keep_alive(self, send: ASGISendCallable) -> None:
+    async def _keep_alive(self, write: RawWrite) -> None:
         """Write a keep-alive comment whenever nothing was written for ``keepalive_s``."""
         keepalive_s = self._keepalive_s
         while True:
@@ -99,7 +101,7 @@ class SSEBody:
                 continue
             if self._finished:
                 return
-            await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+            await write(KEEPALIVE)
             self._last_write = trio.current_time()
 
     async def _next_chunk(self) -> bytes:
@@ -141,3 +143,12 @@ class SSEBody:
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close()
+
+
+def _body_writer(send: ASGISendCallable) -> RawWrite:
+    """A chunk of the body as an ASGI message (not HTTP/1.1, or another server)."""
+
+    async def write(chunk: bytes) -> None:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    return write
