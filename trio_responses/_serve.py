@@ -57,7 +57,7 @@ from hypercorn.utils import repr_socket_addr, wrap_app
 from ._config import Config
 from ._service import ResponsesService, open_responses_service
 from .api.app import create_app
-from .api.asgi import connection_raw_write, shield_final_send
+from .api.asgi import connection_raw, shield_final_send
 
 logger = logging.getLogger("trio_responses.serve")
 
@@ -224,16 +224,21 @@ class BoundedWriteStream(trio.abc.HalfCloseableStream):
 class _TCPServer(TCPServer):
     """Hypercorn's connection handler, writing synchronously what the socket takes at once.
 
-    It also offers its writes to the app (`connection_raw_write`): an HTTP/1.1
-    streaming body writes its framed chunks through it, past h11.
+    It also offers its writes to the app (`connection_raw`, a `RawConnection`):
+    an HTTP/1.1 streaming body writes its framed chunks through it, past h11.
     """
 
     async def run(self) -> None:
-        connection_raw_write.set(self._write_raw)  # this connection's task and its app tasks
+        connection_raw.set(self)  # for this connection's task and its app tasks
         await super().run()
 
-    async def _write_raw(self, data: bytes) -> None:
+    async def write(self, data: bytes) -> None:
         await self.protocol_send(RawData(data=data))
+
+    def write_nowait(self, data: bytes) -> int:
+        if self.send_lock.locked():
+            return 0
+        return cast(BoundedWriteStream, self.stream).send_nowait(data)
 
     async def protocol_send(self, event: Event) -> None:
         if type(event) is RawData and not self.send_lock.locked():

@@ -315,3 +315,58 @@ async def test_a_leader_leaving_early_does_not_strand_held_frames(
         await trio.testing.wait_all_tasks_blocked()
         assert received == [(0.0, [_frame(0)]), (1.0, [_frame(1)])]
         log.close()
+
+
+async def test_a_lone_reader_can_take_frames_without_waking() -> None:
+    """A reader parked with a taker gets each append handed to it in the appending
+    task; it wakes only when the taker asks to (or at the end). A task that waits
+    without subscribing (like the job's recorder) is still woken."""
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    subscription = LogSubscription(log, -1)
+    taken: list[bytes] = []
+    answers: list[tuple[int, bool]] = []
+    returned: list[list[bytes]] = []
+    recorder_woken = trio.Event()
+
+    def take(frames: list[bytes]) -> tuple[int, bool]:
+        taken.extend(frames)
+        return answers.pop(0) if answers else (len(frames), True)
+
+    async def reader() -> None:
+        while not subscription.closed:
+            returned.append(await subscription.receive_frames_or_give(take))
+
+    async def recorder() -> None:
+        await log.wait_after(-1)
+        recorder_woken.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        nursery.start_soon(recorder)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))
+        log.append(_frame(1))
+        await trio.testing.wait_all_tasks_blocked()
+        assert taken == [_frame(0), _frame(1)]
+        assert returned == []  # never woken: it had nothing to do
+        assert subscription.cursor == 1
+        assert recorder_woken.is_set()
+
+        answers.append((0, False))  # the socket takes nothing now: wake the reader
+        log.append(_frame(2))
+        await trio.testing.wait_all_tasks_blocked()
+        assert returned == [[_frame(2)]]  # it read the frame itself
+
+        answers.append((1, False))  # taken, but the reader has a write to finish
+        log.append(_frame(3))
+        await trio.testing.wait_all_tasks_blocked()
+        assert returned[-1] == [] and not subscription.closed and subscription.cursor == 3
+
+        second = LogSubscription(log, 3)  # a second reader: no more taking
+        log.append(_frame(4))
+        await trio.testing.wait_all_tasks_blocked()
+        assert taken[-1] == _frame(3) and returned[-1] == [_frame(4)]
+        second.close()
+
+        log.close()
+    assert returned[-1] == [] and subscription.closed

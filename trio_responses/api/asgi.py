@@ -16,8 +16,8 @@
 It also publishes the request's guarded ``send`` as `response_send`, so that a
 streaming body (`SSEBody`) can write its chunks itself rather than handing each
 one back through Quart's body loop; and, on an HTTP/1.1 connection whose server
-offers it (`connection_raw_write`, set by `trio_responses._serve`), a
-`response_chunk_write` that frames a chunk of the (chunked) body and writes it
+offers it (`connection_raw`, set by `trio_responses._serve`), a
+`response_chunked_body` that frames chunks of the (chunked) body and writes them
 to the socket directly, past hypercorn's stream, h11 and their per-message
 state checks: none of them has anything to do for a body chunk once the
 response has started. The response still starts and ends through ``send``.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, Protocol, cast, final
 
 import trio
 from hypercorn.typing import (
@@ -50,32 +50,71 @@ Set for the request's whole task tree; ``None`` outside a request served by
 
 RawWrite = Callable[[bytes], Awaitable[None]]
 
-connection_raw_write: ContextVar[RawWrite | None] = ContextVar("connection_raw_write", default=None)
-"""Writes bytes to the current connection's socket, in order with the server's own writes.
 
-Set by the server for each plain TCP connection it serves; what it writes goes
-on the wire as is, so only a body chunk framed for the protocol in use may go
-through it.
-"""
+class RawConnection(Protocol):
+    """The current connection's socket, in order with the server's own writes.
 
-response_chunk_write: ContextVar[RawWrite | None] = ContextVar("response_chunk_write", default=None)
-"""Writes one chunk of the current HTTP/1.1 response's body (chunked transfer coding).
+    What goes through it goes on the wire as is: only a body chunk framed for
+    the protocol in use may.
+    """
 
-Only between the response's start and its final ``send``, and only for a body
-without a ``Content-Length`` (an SSE stream): h11 frames such a body chunked
-for an HTTP/1.1 client. ``None`` for other HTTP versions and servers.
-"""
+    async def write(self, data: bytes) -> None:
+        """Write all of ``data`` (waiting, with the server's write deadline)."""
+        ...
+
+    def write_nowait(self, data: bytes) -> int:
+        """Write what the socket takes at once; the number of bytes written.
+
+        0 when it takes nothing now, when another write is in progress, or when
+        writing fails (a waiting `write` then reports it). The caller owes the
+        rest before anything else is written to the connection.
+        """
+        ...
 
 
-def _chunk_writer(raw: RawWrite) -> RawWrite:
-    async def write_chunk(data: bytes) -> None:
+connection_raw: ContextVar[RawConnection | None] = ContextVar("connection_raw", default=None)
+"""Set by the server for each plain TCP connection it serves (`trio_responses._serve`)."""
+
+
+@final
+class ChunkedBody:
+    """The body of the current HTTP/1.1 response, chunk by chunk (chunked coding).
+
+    Only between the response's start and its final ``send``, and only for a
+    body without a ``Content-Length`` (an SSE stream): h11 frames such a body
+    chunked for an HTTP/1.1 client, and has nothing else to do for a chunk.
+    """
+
+    def __init__(self, connection: RawConnection) -> None:
+        self._connection = connection
+
+    @staticmethod
+    def frame(data: bytes) -> bytes:
+        """``data`` as one chunk (``data`` not empty: an empty chunk ends the body)."""
+        return b"".join((b"%x\r\n" % len(data), data, b"\r\n"))
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` as one chunk (nothing if empty)."""
         if data:
-            try:  # noqa: SIM105 (no context manager per chunk: this is the hot path)
-                await raw(b"".join((b"%x\r\n" % len(data), data, b"\r\n")))
-            except trio.BusyResourceError:
-                pass  # hypercorn is closing this connection: see the module docstring
+            await self.write_framed(self.frame(data))
 
-    return write_chunk
+    async def write_framed(self, framed: bytes) -> None:
+        """Write bytes already framed (e.g. the rest of a `write_nowait`)."""
+        try:  # noqa: SIM105 (no context manager per chunk: this is the hot path)
+            await self._connection.write(framed)
+        except trio.BusyResourceError:
+            pass  # hypercorn is closing this connection: see the module docstring
+
+    def write_nowait(self, framed: bytes) -> int:
+        """See `RawConnection.write_nowait`."""
+        return self._connection.write_nowait(framed)
+
+
+response_chunked_body: ContextVar[ChunkedBody | None] = ContextVar(
+    "response_chunked_body", default=None
+)
+"""The current HTTP/1.1 response's `ChunkedBody`; ``None`` for other HTTP versions
+and servers."""
 
 
 def shield_final_send(app: ASGIFramework) -> ASGIFramework:
@@ -98,13 +137,13 @@ def shield_final_send(app: ASGIFramework) -> ASGIFramework:
             except trio.BusyResourceError:
                 pass  # hypercorn is closing this connection: see the module docstring
 
-        raw = connection_raw_write.get() if scope.get("http_version") == "1.1" else None
+        raw = connection_raw.get() if scope.get("http_version") == "1.1" else None
         token = response_send.set(guarded_send)
-        chunk_token = response_chunk_write.set(None if raw is None else _chunk_writer(raw))
+        body_token = response_chunked_body.set(None if raw is None else ChunkedBody(raw))
         try:
             await app(scope, receive, guarded_send)
         finally:
-            response_chunk_write.reset(chunk_token)
+            response_chunked_body.reset(body_token)
             response_send.reset(token)
 
     return wrapped

@@ -23,11 +23,11 @@ from hypercorn.typing import ASGISendCallable
 
 from .._exceptions import StoreError
 from ..background.event_log import SubscriberLagged
-from ..background.subscription import Subscription
+from ..background.subscription import LogSubscription, Subscription
 from ..metrics import Metrics
 from ..protocol.builder import stream_error_frame
 from ..protocol.sse import DONE, KEEPALIVE
-from .asgi import RawWrite, response_chunk_write, response_send
+from .asgi import ChunkedBody, RawWrite, response_chunked_body, response_send
 
 _CHUNKS_PER_CHECKPOINT = 16
 """A body writing chunk after chunk without waiting yields this often."""
@@ -52,6 +52,12 @@ class SSEBody:
         self._metrics = metrics
         self._finished = False
         self._last_write = 0.0
+        self._direct: ChunkedBody | None = None
+        """Set while frames may be written straight from the producer (`_take`)."""
+        self._pending = b""
+        """The rest of a chunk `_take` could only partly write: written next."""
+        self._writing = False
+        """The keep-alive task is writing (`_take` must not write meanwhile)."""
 
     def __aiter__(self) -> SSEBody:
         return self
@@ -61,7 +67,13 @@ class SSEBody:
             raise StopAsyncIteration
         send = response_send.get()
         if send is not None:
-            await self._write_all(response_chunk_write.get() or _body_writer(send))
+            body = response_chunked_body.get()
+            if body is None:
+                await self._write_all(_body_writer(send))
+            else:
+                if isinstance(self._subscription, LogSubscription):
+                    self._direct = body
+                await self._write_all(body.write)
             raise StopAsyncIteration
         with trio.move_on_after(self._keepalive_s):
             return await self._next_chunk()
@@ -74,14 +86,21 @@ class SSEBody:
         scope per event (the keep-alive is a second task that wakes once per
         ``keepalive_s``), and no round trip through Quart's body loop; on
         HTTP/1.1, not through hypercorn's stream and h11 either
-        (`response_chunk_write`).
+        (`response_chunked_body`). Following a log in this process, an HTTP/1.1
+        body may even be written by the producer (`_take`): events the socket
+        takes at once cost no wake-up of this task.
         """
         self._last_write = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_alive, write)
             turns = 0
             while not self._finished:
+                if self._pending and self._direct is not None:
+                    pending, self._pending = self._pending, b""
+                    await self._direct.write_framed(pending)
                 chunk = await self._next_chunk()
+                if not chunk:  # woken to finish a write `_take` began
+                    continue
                 await write(chunk)
                 self._last_write = trio.current_time()
                 turns += 1
@@ -96,18 +115,54 @@ class SSEBody:
         keepalive_s = self._keepalive_s
         while True:
             due = self._last_write + keepalive_s
-            if trio.current_time() < due:
-                await trio.sleep_until(due)
+            if trio.current_time() < due or self._pending:
+                await trio.sleep_until(max(due, trio.current_time() + 0.001))
                 continue
             if self._finished:
                 return
-            await write(KEEPALIVE)
+            self._writing = True
+            try:
+                await write(KEEPALIVE)
+            finally:
+                self._writing = False
             self._last_write = trio.current_time()
 
+    def _take(self, frames: list[bytes]) -> tuple[int, bool]:
+        """Write ``frames`` now, from the producer's task, if the socket takes them.
+
+        Returns (frames taken, keep waiting): all of them and True when they are
+        on the wire; all of them and False when only part is (the rest is
+        `_pending`, for this body's task to write); none and False when the
+        socket takes nothing now, or another write is under way.
+        """
+        body = self._direct
+        if body is None or self._writing or self._pending or self._finished:
+            return 0, False
+        framed = body.frame(b"".join(frames))
+        written = body.write_nowait(framed)
+        if not written:
+            return 0, False
+        self._last_write = trio.current_time()
+        if self._metrics is not None:
+            self._metrics.events_sent(len(frames))
+        if written < len(framed):
+            self._pending = framed[written:]
+            return len(frames), False
+        return len(frames), True
+
     async def _next_chunk(self) -> bytes:
-        """The next chunk to write: the frames queued, or the stream's last words."""
+        """The next chunk to write: the frames queued, or the stream's last words.
+
+        Empty (following directly only) when woken to finish a write `_take` began.
+        """
+        subscription = self._subscription
         try:
-            frames = await self._subscription.receive_frames()
+            if self._direct is not None and isinstance(subscription, LogSubscription):
+                frames = await subscription.receive_frames_or_give(self._take)
+                if not frames and not subscription.closed:
+                    return b""
+            else:
+                frames = await subscription.receive_frames()
         except SubscriberLagged as lagged:
             self._finished = True
             if self._metrics is not None:

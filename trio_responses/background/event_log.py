@@ -32,12 +32,21 @@ timer is a single deadline per log, carried by one parked reader (the
 the others. A leader that leaves early (cancelled) does the same on its way out
 rather than strand held frames. Ordering and cursors are unaffected: waking
 only decides when parked readers look.
+
+A lone reader may also park *with a direct taker* (``wait_after(cursor,
+direct=...)``): an append then first calls it, synchronously, in the
+producer's task; if it takes the new frames (an HTTP/1.1 stream whose socket
+accepts them at once writes them right there) the reader stays parked, with
+no wake-up and no task switch per event (whoever else waits without
+subscribing, such as the job's recorder, is still woken). Otherwise, or once a
+second reader subscribes, the reader is woken as usual.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import final
 
 import trio
@@ -88,6 +97,8 @@ class EventLog:
         self._held = False  # frames appended since the last wake-up wait for the window
         self._leader: trio.CancelScope | None = None  # the parked reader timing the window
         self._last_wake = -float("inf")
+        # The lone reader parked with a direct taker, if any (see the module docstring).
+        self._direct: tuple[trio.lowlevel.Task, Callable[[], bool]] | None = None
         self.finished_at: float | None = None
         self.subscribers = 0
         """Open `Subscription` objects reading this log."""
@@ -103,7 +114,18 @@ class EventLog:
         self._ends.append(self._appended_bytes)
         self._bytes += len(frame)
         self._trim()
-        if self._parked:
+        parked = self._parked
+        if parked:
+            direct = self._direct
+            if direct is not None and self.subscribers == 1 and direct[0] in parked and direct[1]():
+                # Taken without waking its reader. Others may wait here without
+                # subscribing (the job's recorder): they are woken as usual.
+                if len(parked) > 1:
+                    task = direct[0]
+                    del parked[task]
+                    self._notify()
+                    parked[task] = self._wakes  # as if parked after this wake-up
+                return
             self._notify()
 
     def close(self) -> None:
@@ -166,16 +188,29 @@ class EventLog:
         """The flush window in seconds (0: none)."""
         return self._flush_s
 
-    async def wait_after(self, cursor: int) -> None:
+    async def wait_after(self, cursor: int, direct: Callable[[], bool] | None = None) -> None:
         """Wait until there is a frame after ``cursor`` or the log is closed.
 
         With a flush window, a frame appended within the window after the
         previous wake-up is seen once the window ends (at most ``flush_s``
         later); the terminal event never waits.
 
+        ``direct``: while this is the log's only reader, each append calls it
+        first (synchronously, in the appending task); when it returns True it
+        has taken the new frames itself and this wait goes on. It must not
+        raise. So this may return with nothing after ``cursor``: the caller
+        checks what it has read since.
+
         Cancellation: safe; nothing is consumed by waiting.
         """
         while not self._closed and self.next_sequence_number <= cursor + 1:
+            if direct is not None and self.subscribers <= 1:
+                self._direct = (trio.lowlevel.current_task(), direct)
+                try:
+                    await self._park()
+                finally:
+                    self._direct = None
+                return
             if self._flush_s <= 0 or self._leader is not None or self.subscribers <= 1:
                 await self._park()
             else:

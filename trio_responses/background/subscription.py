@@ -14,10 +14,11 @@ encoded SSE frames in batches (what the HTTP layer writes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, final
 
 from ..protocol.sse import decode_event, is_terminal_frame
-from .event_log import EventLog
+from .event_log import EventLog, SubscriberLagged
 
 
 class Subscription(Protocol):
@@ -106,6 +107,11 @@ class LogSubscription(_Decoding):
     def cursor(self) -> int:
         return self._cursor
 
+    @property
+    def closed(self) -> bool:
+        """Closed: read to the end (or closed by its owner)."""
+        return not self._open
+
     async def receive_frames(self) -> list[bytes]:
         log = self._log
         frames = log.read_after(self._cursor, self._max_batch_bytes)
@@ -115,6 +121,41 @@ class LogSubscription(_Decoding):
                 return []
             await log.wait_after(self._cursor)
             frames = log.read_after(self._cursor, self._max_batch_bytes)
+        self._cursor += len(frames)
+        return frames
+
+    async def receive_frames_or_give(
+        self, take: Callable[[list[bytes]], tuple[int, bool]]
+    ) -> list[bytes]:
+        """`receive_frames`, but while this is the log's only reader and waits,
+        frames appended are offered to ``take`` in the appending task.
+
+        ``take(frames)`` returns how many of ``frames`` it took (from the front;
+        the cursor moves past them) and whether to keep waiting (it delivered
+        them all) or to wake (e.g. to finish a write). It must not raise.
+        Returns the frames not given away, or ``[]`` when woken with none left
+        (`closed` tells the end apart from a wake-up ``take`` asked for).
+        """
+        log = self._log
+        frames = log.read_after(self._cursor, self._max_batch_bytes)
+        if not frames:
+            if log.closed:
+                self.close()
+                return []
+
+            def give() -> bool:
+                try:
+                    offered = log.read_after(self._cursor, self._max_batch_bytes)
+                except SubscriberLagged:
+                    return False  # the reader finds out when it wakes
+                taken, keep_waiting = take(offered)
+                self._cursor += taken
+                return keep_waiting and taken == len(offered)
+
+            await log.wait_after(self._cursor, give)
+            frames = log.read_after(self._cursor, self._max_batch_bytes)
+            if not frames and log.closed:
+                self.close()
         self._cursor += len(frames)
         return frames
 
