@@ -95,11 +95,12 @@ class SSEBody:
             nursery.start_soon(self._keep_alive, write)
             turns = 0
             while not self._finished:
+                chunk = await self._next_chunk()
                 if self._pending and self._direct is not None:
+                    # The rest of a chunk `_take` began goes first (it woke us for it).
                     pending, self._pending = self._pending, b""
                     await self._direct.write_framed(pending)
-                chunk = await self._next_chunk()
-                if not chunk:  # woken to finish a write `_take` began
+                if not chunk:
                     continue
                 await write(chunk)
                 self._last_write = trio.current_time()
