@@ -32,6 +32,14 @@ from .asgi import ChunkedBody, RawWrite, response_chunked_body, response_send
 _CHUNKS_PER_CHECKPOINT = 16
 """A body writing chunk after chunk without waiting yields this often."""
 
+_DIRECT_GAP_S = 0.001
+"""`SSEBody._take` writes an event only this long after the previous write.
+
+Events that come closer together (a fast producer, the several events that end
+a response) wake the body's task instead, which then writes all that came
+meanwhile in one chunk: one write per event would cost more than the wake-up.
+"""
+
 
 @final
 class SSEBody:
@@ -134,16 +142,20 @@ class SSEBody:
         Returns (frames taken, keep waiting): all of them and True when they are
         on the wire; all of them and False when only part is (the rest is
         `_pending`, for this body's task to write); none and False when the
-        socket takes nothing now, or another write is under way.
+        socket takes nothing now, another write is under way, or the previous
+        write was less than `_DIRECT_GAP_S` ago (the body's task batches those).
         """
         body = self._direct
         if body is None or self._writing or self._pending or self._finished:
+            return 0, False
+        now = trio.current_time()
+        if now - self._last_write < _DIRECT_GAP_S:
             return 0, False
         framed = body.frame(b"".join(frames))
         written = body.write_nowait(framed)
         if not written:
             return 0, False
-        self._last_write = trio.current_time()
+        self._last_write = now
         if self._metrics is not None:
             self._metrics.events_sent(len(frames))
         if written < len(framed):
