@@ -203,8 +203,48 @@ async def test_streams_are_framed_for_the_client_http_version(server: Server) ->
     head_bytes, _, received = bytes(reply).partition(b"\r\n\r\n")
     assert head_bytes.startswith(b"HTTP/1.1 200")
     assert b"transfer-encoding" not in head_bytes.lower()
+    # The body to the close is the SSE text itself, no chunk framing in it.
+    assert received.startswith(b"event: response.created\n") and b"\r\n" not in received
     events = parse_sse(received)
     assert events[-1].data == "[DONE]"
     assert len([e for e in events if e.event == "response.output_text.delta"]) == 40
+    await socket.aclose()
+    _assert_nothing_left(server)
+
+
+async def test_paced_stream_and_head_on_one_connection(server: Server) -> None:
+    """A paced stream (each event written as it comes, from the producer's task),
+    then a HEAD of a stored stream (a head, no body), then a request again: h11, as
+    the client, checks every response's framing on the one connection."""
+    socket = await _open_socket(server)
+    client = h11.Connection(our_role=h11.CLIENT)
+    body = {"model": MODEL, "input": "tokens:30 delay:5", "stream": True, "background": True}
+    head, received = await _exchange(socket, client, json.dumps(body).encode())
+    assert head.status_code == 200
+    events = parse_sse(received)
+    assert events[-1].data == "[DONE]" and events[-2].event == "response.completed"
+    assert len([e for e in events if e.event == "response.output_text.delta"]) == 30
+    response_id = json.loads(events[0].data)["response"]["id"]
+    client.start_next_cycle()
+
+    target = f"/v1/responses/{response_id}?stream=true"
+    await socket.send_all(
+        client.send(h11.Request(method="HEAD", target=target, headers=[("Host", "test")]))
+    )
+    await socket.send_all(client.send(h11.EndOfMessage()))
+    with trio.fail_after(10):
+        events_seen: list[object] = []
+        while not isinstance(event := client.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                client.receive_data(await socket.receive_some(65536))
+            else:
+                events_seen.append(event)
+    assert isinstance(events_seen[0], h11.Response) and events_seen[0].status_code == 200
+    assert not any(isinstance(event, h11.Data) and event.data for event in events_seen)
+    client.start_next_cycle()
+
+    again = json.dumps({"model": MODEL, "input": "after head", "stream": True}).encode()
+    head, received = await _exchange(socket, client, again)
+    assert head.status_code == 200 and b"You said: after head" in received
     await socket.aclose()
     _assert_nothing_left(server)

@@ -83,6 +83,7 @@ class ChunkedBody:
     Only between the response's start and its final ``send``, and only for a
     body without a ``Content-Length`` (an SSE stream): h11 frames such a body
     chunked for an HTTP/1.1 client, and has nothing else to do for a chunk.
+    Not offered for HEAD requests (no body goes on the wire).
     """
 
     def __init__(self, connection: RawConnection) -> None:
@@ -137,7 +138,10 @@ def shield_final_send(app: ASGIFramework) -> ASGIFramework:
             except trio.BusyResourceError:
                 pass  # hypercorn is closing this connection: see the module docstring
 
-        raw = connection_raw.get() if scope.get("http_version") == "1.1" else None
+        # HTTP/1.1 and a body on the wire: a HEAD response has none (h11 and hypercorn
+        # drop what the app sends for it; this path would not).
+        chunked = scope.get("http_version") == "1.1" and scope.get("method") != "HEAD"
+        raw = connection_raw.get() if chunked else None
         token = response_send.set(guarded_send)
         body_token = response_chunked_body.set(None if raw is None else ChunkedBody(raw))
         try:

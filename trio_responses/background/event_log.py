@@ -205,11 +205,13 @@ class EventLog:
         """
         while not self._closed and self.next_sequence_number <= cursor + 1:
             if direct is not None and self.subscribers <= 1:
-                self._direct = (trio.lowlevel.current_task(), direct)
+                entry = self._direct = (trio.lowlevel.current_task(), direct)
                 try:
                     await self._park()
                 finally:
-                    self._direct = None
+                    if self._direct is entry:
+                        self._direct = None
+                self._unpark(1)  # pass the wake-up on, as below
                 return
             if self._flush_s <= 0 or self._leader is not None or self.subscribers <= 1:
                 await self._park()

@@ -195,7 +195,9 @@ class VllmEngine:
                     request_id, prompt, params
                 )
             except Exception as error:  # rejected by vLLM (or the engine is dead)
-                stream.ended = stream.over_in_vllm = True
+                # It may be registered all the same (a failure after the output
+                # processor took it): the abort below is idempotent and bounded.
+                stream.ended = True
                 stream.error = self._engine_error(error)
             else:
                 stream.collector = collector
@@ -323,8 +325,10 @@ class VllmEngine:
 
     async def _abort(self, request_id: str) -> None:
         """Abort the request in vLLM (idempotent there; unknown ids are ignored)."""
-        with contextlib.suppress(Exception):
+        try:
             await trio_asyncio.aio_as_trio(self._llm.abort)(request_id)
+        except Exception as error:  # the engine is going (or gone): say so, go on
+            logger.warning("could not abort vLLM request %s: %r", request_id, error)
 
     def _engine_error(self, error: BaseException) -> EngineError:
         if isinstance(error, EngineDeadError) or self._llm.errored:
