@@ -362,11 +362,50 @@ async def test_a_lone_reader_can_take_frames_without_waking() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert returned[-1] == [] and not subscription.closed and subscription.cursor == 3
 
-        second = LogSubscription(log, 3)  # a second reader: no more taking
+        # A second reader, without a taker: it is woken; the first still takes.
+        second = LogSubscription(log, 3)
+        seconds: list[list[bytes]] = []
+
+        async def read_second() -> None:
+            seconds.append(await second.receive_frames())
+
+        nursery.start_soon(read_second)
+        await trio.testing.wait_all_tasks_blocked()
         log.append(_frame(4))
         await trio.testing.wait_all_tasks_blocked()
-        assert taken[-1] == _frame(3) and returned[-1] == [_frame(4)]
+        assert taken[-1] == _frame(4) and returned[-1] == []
+        assert seconds == [[_frame(4)]]
         second.close()
 
         log.close()
     assert returned[-1] == [] and subscription.closed
+
+
+async def test_takers_are_offered_at_most_a_wave_per_append() -> None:
+    """With more readers taking than `WAKE_WAVE`, an append offers the frame to the
+    oldest `WAKE_WAVE`; the others are woken and read it themselves."""
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    count = WAKE_WAVE + 5
+    offered = [0] * count
+    woken = [0] * count
+
+    async def reader(n: int) -> None:
+        subscription = LogSubscription(log, -1)
+
+        def take(frames: list[bytes]) -> tuple[int, bool]:
+            offered[n] += 1
+            return len(frames), True
+
+        while not subscription.closed:
+            if await subscription.receive_frames_or_give(take):
+                woken[n] += 1
+
+    async with trio.open_nursery() as nursery:
+        for n in range(count):
+            nursery.start_soon(reader, n)
+            await trio.testing.wait_all_tasks_blocked()  # park in order
+        log.append(_frame(0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert offered == [1] * WAKE_WAVE + [0] * 5
+        assert woken == [0] * WAKE_WAVE + [1] * 5
+        log.close()

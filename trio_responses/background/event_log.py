@@ -33,13 +33,15 @@ the others. A leader that leaves early (cancelled) does the same on its way out
 rather than strand held frames. Ordering and cursors are unaffected: waking
 only decides when parked readers look.
 
-A lone reader may also park *with a direct taker* (``wait_after(cursor,
-direct=...)``): an append then first calls it, synchronously, in the
-producer's task; if it takes the new frames (an HTTP/1.1 stream whose socket
-accepts them at once writes them right there) the reader stays parked, with
-no wake-up and no task switch per event (whoever else waits without
-subscribing, such as the job's recorder, is still woken). Otherwise, or once a
-second reader subscribes, the reader is woken as usual.
+A reader may also park *with a direct taker* (``wait_after(cursor,
+direct=...)``): an append then first offers it the new frames, synchronously,
+in the producer's task (at most `WAKE_WAVE` such offers per append, oldest
+readers first); if it takes them (an HTTP/1.1 stream whose socket accepts them
+at once writes them right there) the reader stays parked, with no wake-up and
+no task switch per event. Readers that did not take them, and whoever waits
+without subscribing (the job's recorder), are woken as usual. While the flush
+window holds appends (a fast producer, several readers), nothing is offered:
+everyone takes the held frames when the window ends, in one write.
 """
 
 from __future__ import annotations
@@ -97,8 +99,8 @@ class EventLog:
         self._held = False  # frames appended since the last wake-up wait for the window
         self._leader: trio.CancelScope | None = None  # the parked reader timing the window
         self._last_wake = -float("inf")
-        # The lone reader parked with a direct taker, if any (see the module docstring).
-        self._direct: tuple[trio.lowlevel.Task, Callable[[], bool]] | None = None
+        # Readers parked with a direct taker (see the module docstring), oldest first.
+        self._takers: dict[trio.lowlevel.Task, Callable[[], bool]] = {}
         self.finished_at: float | None = None
         self.subscribers = 0
         """Open `Subscription` objects reading this log."""
@@ -116,17 +118,18 @@ class EventLog:
         self._trim()
         parked = self._parked
         if parked:
-            direct = self._direct
-            if direct is not None and self.subscribers == 1 and direct[0] in parked and direct[1]():
-                # Taken without waking its reader. Others may wait here without
-                # subscribing (the job's recorder): they are woken as usual.
-                if len(parked) > 1:
-                    task = direct[0]
+            served = self._give() if self._takers and not self._holding() else None
+            if not served:
+                self._notify()
+            elif len(served) < len(parked):
+                # Wake the others (readers that did not take, the job's recorder,
+                # which waits without subscribing) but not the readers served.
+                for task in served:
                     del parked[task]
-                    self._notify()
-                    parked[task] = self._wakes  # as if parked after this wake-up
-                return
-            self._notify()
+                self._notify()
+                wakes = self._wakes
+                for task in served:
+                    parked[task] = wakes  # as if parked after this wake-up
 
     def close(self) -> None:
         """No more frames: readers finish once they have read everything."""
@@ -195,31 +198,51 @@ class EventLog:
         previous wake-up is seen once the window ends (at most ``flush_s``
         later); the terminal event never waits.
 
-        ``direct``: while this is the log's only reader, each append calls it
-        first (synchronously, in the appending task); when it returns True it
-        has taken the new frames itself and this wait goes on. It must not
-        raise. So this may return with nothing after ``cursor``: the caller
-        checks what it has read since.
+        ``direct``: while parked, appends may call it (synchronously, in the
+        appending task; at most `WAKE_WAVE` readers per append, oldest first);
+        when it returns True it has taken the new frames itself and this wait
+        goes on. It must not raise. So this may return with nothing after
+        ``cursor``: the caller checks what it has read since. While the flush
+        window holds appends, nothing is offered: the window decides for all.
 
         Cancellation: safe; nothing is consumed by waiting.
         """
+        task = trio.lowlevel.current_task()
         while not self._closed and self.next_sequence_number <= cursor + 1:
-            if direct is not None and self.subscribers <= 1:
-                entry = self._direct = (trio.lowlevel.current_task(), direct)
-                try:
+            if direct is not None:
+                self._takers[task] = direct
+            try:
+                if self._flush_s <= 0 or self._leader is not None or self.subscribers <= 1:
                     await self._park()
-                finally:
-                    if self._direct is entry:
-                        self._direct = None
-                self._unpark(1)  # pass the wake-up on, as below
-                return
-            if self._flush_s <= 0 or self._leader is not None or self.subscribers <= 1:
-                await self._park()
-            else:
-                await self._lead()
+                else:
+                    await self._lead()
+            finally:
+                if direct is not None:
+                    del self._takers[task]
             self._unpark(1)  # pass the wake-up on: the next reader of this wave
+            if direct is not None:
+                return  # frames may have been taken meanwhile: the caller looks
 
     # -- internals -------------------------------------------------------------------------
+
+    def _holding(self) -> bool:
+        """Appends are being held for the flush window (see `_notify`)."""
+        return self._leader is not None and trio.current_time() < self._last_wake + self._flush_s
+
+    def _give(self) -> list[trio.lowlevel.Task]:
+        """Offer the new frames to parked readers with takers: at most `WAKE_WAVE`
+        offers per append, oldest first. Returns the readers that took them."""
+        parked = self._parked
+        served: list[trio.lowlevel.Task] = []
+        offers = WAKE_WAVE
+        for task, take in self._takers.items():
+            if task in parked:
+                if take():
+                    served.append(task)
+                offers -= 1
+                if not offers:
+                    break
+        return served
 
     async def _park(self) -> None:
         """Wait for `_wake` (or cancellation) in the FIFO of parked readers."""
