@@ -248,3 +248,36 @@ async def test_paced_stream_and_head_on_one_connection(server: Server) -> None:
     assert head.status_code == 200 and b"You said: after head" in received
     await socket.aclose()
     _assert_nothing_left(server)
+
+
+async def test_direct_writes_to_a_slow_reader_keep_the_stream_whole(server: Server) -> None:
+    """A paced stream to a client with a tiny receive buffer that reads slowly: the
+    server's socket is often full or takes part of a chunk, so writes from the
+    producer fall back to the body's task mid-chunk. h11 checks the framing; every
+    event arrives once, in order."""
+    parts = urlsplit(server.url)
+    assert parts.hostname is not None and parts.port is not None
+    sock = trio.socket.socket()
+    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    await sock.connect((parts.hostname, parts.port))
+    socket = trio.SocketStream(sock)
+    client = h11.Connection(our_role=h11.CLIENT)
+    body = json.dumps({"model": MODEL, "input": "tokens:1500 delay:2", "stream": True}).encode()
+    await socket.send_all(client.send(_request_head(body)))
+    await socket.send_all(client.send(h11.Data(data=body)))
+    await socket.send_all(client.send(h11.EndOfMessage()))
+    received = bytearray()
+    with trio.fail_after(120):
+        while not isinstance(event := client.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                client.receive_data(await socket.receive_some(512))
+                await trio.sleep(0.01)  # about 50 KB/s, the producer ~125 KB/s
+            elif isinstance(event, h11.Data):
+                received.extend(event.data)
+    events = parse_sse(bytes(received))
+    assert events[-1].data == "[DONE]" and events[-2].event == "response.completed"
+    numbers = [json.loads(e.data)["sequence_number"] for e in events[:-1]]
+    assert numbers == list(range(len(numbers)))
+    assert len([e for e in events if e.event == "response.output_text.delta"]) == 1500
+    await socket.aclose()
+    _assert_nothing_left(server)

@@ -8,6 +8,7 @@ import trio.testing
 from tests.conftest import StartServer
 from tests.support import MODEL
 from trio_responses import StoreError
+from trio_responses.api.asgi import ChunkedBody, response_chunked_body, response_send
 from trio_responses.api.sse import SSEBody
 from trio_responses.background.event_log import EventLog
 from trio_responses.background.subscription import LogSubscription
@@ -78,3 +79,70 @@ async def test_a_backend_failing_mid_stream_ends_it_with_a_reason() -> None:
     assert "starting_after=4" in event["message"]
     await body.aclose()
     assert reader.closed
+
+
+class _ThrottledConnection:
+    """A connection whose socket takes ``budget`` bytes at once, then nothing."""
+
+    def __init__(self) -> None:
+        self.wire = bytearray()
+        self.budget = 1 << 20
+        self.direct_writes = 0
+
+    async def write(self, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        self.wire.extend(data)
+
+    def write_nowait(self, data: bytes) -> int:
+        taken = min(len(data), self.budget)
+        self.budget -= taken
+        self.wire.extend(data[:taken])
+        self.direct_writes += taken > 0
+        return taken
+
+
+def _unchunk(wire: bytes) -> bytes:
+    """The body inside chunked framing (raises if the framing is broken)."""
+    body = bytearray()
+    rest = wire
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        assert rest[size : size + 2] == b"\r\n", "bad chunk framing"
+        body.extend(rest[:size])
+        rest = rest[size + 2 :]
+    return bytes(body)
+
+
+async def test_a_half_taken_direct_write_is_finished_before_anything_else(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Events written from the producer's task; one of them the socket takes only in
+    part: the body's task writes the rest before the next event and before the end."""
+    connection = _ThrottledConnection()
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
+
+    async def send(message: object) -> None:
+        raise AssertionError("chunks go through the chunked body, not ASGI")
+
+    async def serve() -> None:
+        response_send.set(send)
+        response_chunked_body.set(ChunkedBody(connection))
+        async for _ in body:
+            raise AssertionError("the body writes its chunks itself")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        for n in range(3):
+            await trio.sleep(0.01)  # more than 1 ms apart: written by the producer
+            log.append(_frame(n))
+        assert connection.direct_writes == 3
+        connection.budget = 10  # the next event is taken in part
+        await trio.sleep(0.01)
+        log.append(_frame(3))
+        connection.budget = 1 << 20
+        log.append(_frame(4))
+        log.close()
+    assert _unchunk(bytes(connection.wire)) == b"".join(_frame(n) for n in range(5)) + DONE
