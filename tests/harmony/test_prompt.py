@@ -345,3 +345,24 @@ def test_an_input_that_panics_the_tokenizer_in_one_call_renders() -> None:
     # A million spaces in one tokenizer call overflow its regex's stack (a panic);
     # rendered in bounded pieces they reach the model like any other text.
     assert " " * 1_000_000 in _fit(131_072, input=" " * 1_000_000)
+
+
+def test_remembered_system_messages_render_as_harmony_does() -> None:
+    """The system and developer messages are rendered once and remembered: each
+    request still gets exactly what harmony renders for it, date and effort included."""
+    for effort in ("low", "high", "low"):
+        for date in ("2026-11-30", "2026-12-01", "2026-11-30"):
+            body: dict[str, Any] = {
+                "model": "m",
+                "input": "hi",
+                "instructions": "Be brief.",
+                "reasoning": {"effort": effort},
+            }
+            request = parse_create_request(body)
+            fitted = render_request_prompt(
+                request, request.input_items, date=date, max_model_len=4096
+            )
+            reference = render_prompt(build_conversation(request, request.input_items, date=date))
+            assert fitted == reference
+            text = get_encoding().decode(fitted)
+            assert f"Reasoning: {effort}" in text and f"Current date: {date}" in text

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import functools
 import heapq
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -159,9 +161,7 @@ class _Fitter:
         """The system and developer messages' tokens, and the options for the rest."""
         messages = head_messages(self._request, date=self._date, tools=self._tools)
         options = RenderOptions(conversation_has_function_tools=_declares_functions(messages))
-        return [
-            t for message in messages for t in _render(message, options, "instructions")
-        ], options
+        return [t for message in messages for t in _render_head(message, options)], options
 
     def item_tokens(self, index: int, options: RenderOptions) -> list[tuple[list[int], bool]]:
         """Each message of the item at ``index``: its tokens, and whether it is analysis."""
@@ -390,6 +390,34 @@ def _declares_functions(messages: Sequence[Message]) -> bool:
                 if functions is not None and functions.tools:
                     return True
     return False
+
+
+_HEAD_CACHE_ENTRIES = 64
+_HEAD_CACHE_KEY_CHARS = 64 * 1024
+_head_cache: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
+_head_cache_lock = threading.Lock()  # prompts may be rendered in worker threads
+
+
+def _render_head(message: Message, options: RenderOptions) -> list[int]:
+    """`_render` of a system or developer message, remembered: requests of one
+    deployment repeat them (same date, tools, instructions, effort), and rendering
+    one costs far more than its JSON, the cache key (most recent 64, keys up to 64k
+    characters)."""
+    key_text = message.to_json()
+    if len(key_text) > _HEAD_CACHE_KEY_CHARS:
+        return _render(message, options, "instructions")
+    key = (key_text, options.conversation_has_function_tools)
+    with _head_cache_lock:
+        cached = _head_cache.get(key)
+        if cached is not None:
+            _head_cache.move_to_end(key)
+            return list(cached)
+    tokens = _render(message, options, "instructions")
+    with _head_cache_lock:
+        _head_cache[key] = tuple(tokens)
+        while len(_head_cache) > _HEAD_CACHE_ENTRIES:
+            _head_cache.popitem(last=False)
+    return tokens
 
 
 def _render(message: Message, options: RenderOptions, param: str) -> list[int]:
