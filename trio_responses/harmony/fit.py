@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import heapq
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -394,7 +395,7 @@ def _declares_functions(messages: Sequence[Message]) -> bool:
 
 _HEAD_CACHE_ENTRIES = 64
 _HEAD_CACHE_KEY_CHARS = 64 * 1024
-_head_cache: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
+_head_cache: OrderedDict[tuple[str, bool], array[int]] = OrderedDict()
 _head_cache_lock = threading.Lock()  # prompts may be rendered in worker threads
 
 
@@ -402,7 +403,7 @@ def _render_head(message: Message, options: RenderOptions) -> list[int]:
     """`_render` of a system or developer message, remembered: requests of one
     deployment repeat them (same date, tools, instructions, effort), and rendering
     one costs far more than its JSON, the cache key (most recent 64, keys up to 64k
-    characters)."""
+    characters, tokens kept 4 bytes each: a few MB at most)."""
     key_text = message.to_json()
     if len(key_text) > _HEAD_CACHE_KEY_CHARS:
         return _render(message, options, "instructions")
@@ -411,10 +412,10 @@ def _render_head(message: Message, options: RenderOptions) -> list[int]:
         cached = _head_cache.get(key)
         if cached is not None:
             _head_cache.move_to_end(key)
-            return list(cached)
+            return cached.tolist()
     tokens = _render(message, options, "instructions")
     with _head_cache_lock:
-        _head_cache[key] = tuple(tokens)
+        _head_cache[key] = array("I", tokens)
         while len(_head_cache) > _HEAD_CACHE_ENTRIES:
             _head_cache.popitem(last=False)
     return tokens
