@@ -21,12 +21,13 @@ validation, rendering, the job, events, SSE).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import resource
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from vllm_compare import KV_CACHE_BYTES, MODEL_NAME, TEXT_TOKENS, model_dir
@@ -55,6 +56,21 @@ def report(layer: str, streams: int, figures: Sequence[float]) -> None:
         f"({low:.0f}-{high:.0f})",
         flush=True,
     )
+
+
+async def measure(
+    layer: str, levels: Sequence[int], level: Callable[[int, str], Awaitable[float]]
+) -> None:
+    """Warm up, then ROUNDS rounds of every level, and report each level's median.
+
+    Awaits only ``level``: it runs on either event loop."""
+    await level(2, "warm")
+    figures: dict[int, list[float]] = {}
+    for round_ in range(ROUNDS):
+        for streams in levels:
+            figures.setdefault(streams, []).append(await level(streams, f"r{round_}s{streams}"))
+    for streams in levels:
+        report(layer, streams, figures[streams])
 
 
 def run_asyncllm(levels: Sequence[int]) -> None:
@@ -102,15 +118,7 @@ def run_asyncllm(levels: Sequence[int]) -> None:
     async def main() -> None:
         llm = AsyncLLM.from_engine_args(args)
         try:
-            await level(llm, 2, "warm")
-            figures: dict[int, list[float]] = {}
-            for round_ in range(ROUNDS):
-                for streams in levels:
-                    figures.setdefault(streams, []).append(
-                        await level(llm, streams, f"r{round_}s{streams}")
-                    )
-            for streams in levels:
-                report("asyncllm", streams, figures[streams])
+            await measure("asyncllm", levels, functools.partial(level, llm))
         finally:
             llm.shutdown()
 
@@ -156,15 +164,7 @@ def run_bridge(levels: Sequence[int]) -> None:
 
     async def main() -> None:
         async with open_vllm_engine(config) as engine:
-            await level(engine, 2, "warm")
-            figures: dict[int, list[float]] = {}
-            for round_ in range(ROUNDS):
-                for streams in levels:
-                    figures.setdefault(streams, []).append(
-                        await level(engine, streams, f"r{round_}s{streams}")
-                    )
-            for streams in levels:
-                report("bridge", streams, figures[streams])
+            await measure("bridge", levels, functools.partial(level, engine))
 
     trio.run(main)
 

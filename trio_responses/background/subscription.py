@@ -113,22 +113,13 @@ class LogSubscription(_Decoding):
         return not self._open
 
     async def receive_frames(self) -> list[bytes]:
-        log = self._log
-        frames = log.read_after(self._cursor, self._max_batch_bytes)
-        if not frames:
-            if log.closed:
-                self.close()
-                return []
-            await log.wait_after(self._cursor)
-            frames = log.read_after(self._cursor, self._max_batch_bytes)
-        self._cursor += len(frames)
-        return frames
+        return await self._receive(None)
 
     async def receive_frames_or_give(
         self, take: Callable[[list[bytes]], tuple[int, bool]]
     ) -> list[bytes]:
-        """`receive_frames`, but while this is the log's only reader and waits,
-        frames appended are offered to ``take`` in the appending task.
+        """`receive_frames`, but while this reader waits, frames appended may be
+        offered to ``take`` in the appending task (see `EventLog.wait_after`).
 
         ``take(frames)`` returns how many of ``frames`` it took (from the front;
         the cursor moves past them) and whether to keep waiting (it delivered
@@ -136,28 +127,36 @@ class LogSubscription(_Decoding):
         Returns the frames not given away, or ``[]`` when woken with none left
         (`closed` tells the end apart from a wake-up ``take`` asked for).
         """
+        return await self._receive(take)
+
+    async def _receive(self, take: Callable[[list[bytes]], tuple[int, bool]] | None) -> list[bytes]:
         log = self._log
         frames = log.read_after(self._cursor, self._max_batch_bytes)
         if not frames:
             if log.closed:
                 self.close()
                 return []
-
-            def give() -> bool:
-                try:
-                    offered = log.read_after(self._cursor, self._max_batch_bytes)
-                except SubscriberLagged:
-                    return False  # the reader finds out when it wakes
-                taken, keep_waiting = take(offered)
-                self._cursor += taken
-                return keep_waiting and taken == len(offered)
-
-            await log.wait_after(self._cursor, give)
+            await log.wait_after(self._cursor, None if take is None else self._giver(take))
             frames = log.read_after(self._cursor, self._max_batch_bytes)
             if not frames and log.closed:
                 self.close()
         self._cursor += len(frames)
         return frames
+
+    def _giver(self, take: Callable[[list[bytes]], tuple[int, bool]]) -> Callable[[], bool]:
+        """The log's direct taker: offers what follows the cursor to ``take``."""
+        log = self._log
+
+        def give() -> bool:
+            try:
+                offered = log.read_after(self._cursor, self._max_batch_bytes)
+            except SubscriberLagged:
+                return False  # the reader finds out when it wakes
+            taken, keep_waiting = take(offered)
+            self._cursor += taken
+            return keep_waiting and taken == len(offered)
+
+        return give
 
 
 class LogReader(Protocol):

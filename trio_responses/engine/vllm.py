@@ -105,26 +105,18 @@ class _Readiness:
     vLLM's output handler calls ``set`` (in ``RequestOutputCollector.put``) on
     the loop's thread, which is Trio's: the dispatcher is woken directly.
     ``get_nowait`` calls ``clear``. Nothing waits on it (nobody calls the
-    collector's ``get``).
+    collector's ``get``), so it has no ``wait``.
     """
 
     def __init__(self, engine: VllmEngine, stream: _Stream) -> None:
         self._engine = engine
         self._stream = stream
-        self._set = False
 
     def set(self) -> None:
-        self._set = True
         self._engine._queue(self._stream)
 
     def clear(self) -> None:
-        self._set = False
-
-    def is_set(self) -> bool:
-        return self._set
-
-    async def wait(self) -> None:
-        raise RuntimeError("the dispatcher drains this collector; nothing waits on it")
+        pass
 
 
 @final
