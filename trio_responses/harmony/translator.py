@@ -1,12 +1,10 @@
 """Output tokens of one generation turn -> Responses items and events (sans-IO).
 
-`TurnTranslator` feeds each token to one `StreamableParser` and drives a
-`ResponseBuilder`. It watches the structural special tokens itself
-(``<|message|>`` opens an item, ``<|end|>``/``<|call|>``/``<|return|>`` close
-it) and reads only the parser's cheap accessors (`current_channel`,
-`current_recipient`, `last_content_delta`). It never touches
-``parser.state`` or ``parser.messages``, which re-serialise the whole message
-on every access and would make long outputs quadratic.
+`TurnTranslator` feeds each token to one `StreamParser` (our fast path in
+front of openai_harmony's `StreamableParser`) and drives a `ResponseBuilder`.
+It watches the structural special tokens itself (``<|message|>`` opens an
+item, ``<|end|>``/``<|call|>``/``<|return|>`` close it) and reads only the
+parser's `current_channel`, `current_recipient` and `last_content_delta`.
 
 A message addressed to a tool becomes the item for that tool, chosen by the
 ``router``: ``functions.X`` a function call, ``python`` a code interpreter
@@ -22,10 +20,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from openai_harmony import HarmonyError, Role, StreamableParser
+from openai_harmony import HarmonyError
 
 from ..protocol.builder import ResponseBuilder
-from .encoding import get_encoding, special_tokens
+from .encoding import special_tokens
+from .stream_parser import StreamParser
 
 RecipientKind = Literal["function", "python", "browser", "mcp", "mcp_approval", "unknown"]
 
@@ -75,7 +74,7 @@ class TurnTranslator:
     def __init__(self, builder: ResponseBuilder, router: Router = default_router) -> None:
         self._builder = builder
         self._router = router
-        self._parser = StreamableParser(get_encoding(), Role.ASSISTANT)
+        self._parser = StreamParser()
         special = special_tokens()
         self._message = special.message
         self._closing = {special.end: "end", special.call: "call", special.return_: "return"}
