@@ -1,4 +1,4 @@
-"""Long message text is tokenized in bounded calls, with the tokens of one call."""
+"""Message text is tokenized in bounded calls, with the tokens of one harmony render."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ def _text(rng: random.Random, size: int) -> str:
 @pytest.fixture
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(long_text, "SEGMENT_CHARS", 48)
-    monkeypatch.setattr(long_text, "LONG_TEXT_CHARS", 64)
 
 
 @pytest.mark.usefixtures("small_segments")
@@ -71,6 +70,29 @@ def test_long_messages_render_as_harmony_renders_them(message: Message) -> None:
             update={"content": [type(message.content[0])(text=_text(rng, 400))]}
         )  # type: ignore[call-arg]
         assert render_message(long, options) == encoding.render(long, options)
+
+
+def test_short_messages_of_every_header_render_as_harmony_renders_them() -> None:
+    rng = random.Random(5)
+    encoding = get_encoding()
+    authors = [
+        Author.new(Role.USER, "x").model_copy(update={"name": None}),
+        Author.new(Role.ASSISTANT, "x").model_copy(update={"name": None}),
+        Author.new(Role.TOOL, "functions.get_weather"),
+        Author.new(Role.TOOL, "browser.search"),
+        Author.new(Role.TOOL, "python"),
+    ]
+    for _ in range(300):
+        message = Message.from_author_and_content(rng.choice(authors), _text(rng, rng.randrange(8)))
+        if rng.random() < 0.7:
+            message = message.with_channel(rng.choice(["analysis", "commentary", "final"]))
+        if rng.random() < 0.3:
+            message = message.with_recipient(rng.choice(["functions.f", "python", "assistant"]))
+        if rng.random() < 0.3:
+            message = message.with_content_type(rng.choice(["<|constrain|>json", "json", "code"]))
+        for functions in (False, True):
+            options = RenderOptions(conversation_has_function_tools=functions)
+            assert render_message(message, options) == encoding.render(message, options)
 
 
 def test_a_run_of_one_character_is_encoded_in_bounded_pieces() -> None:
