@@ -4,6 +4,8 @@
         (default: scripted 8 64 256, stepped 8 64 256, fanout 20 1000)
 
     FLUSH_MS=X: run the server with ``--stream-flush-ms X`` (default: the server's).
+    DURATION_S=S: make each stream last about S seconds (default 4; longer runs
+    make a profile mostly the steady state).
 
 The server (``bench/_paced_server.py``: the real server, scripted engine) runs in
 its own process and the SSE clients (``bench/_sse_clients.py``) in another, so
@@ -56,7 +58,7 @@ from _harness import MODEL, _free_port, _wait_healthy, get_bytes, request_bytes,
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RATE = 2000.0
-DURATION_S = 4.0
+DURATION_S = float(os.environ.get("DURATION_S", "4"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

@@ -120,12 +120,19 @@ class SSEBody:
             nursery.cancel_scope.cancel()
 
     async def _keep_alive(self, write: RawWrite) -> None:
-        """Write a keep-alive comment whenever nothing was written for ``keepalive_s``."""
+        """Write a keep-alive comment whenever nothing was written for ``keepalive_s``.
+
+        A chunk `_take` left half-written is being written by the body's task:
+        that counts as writing (a keep-alive could not go before it anyway).
+        """
         keepalive_s = self._keepalive_s
         while True:
+            now = trio.current_time()
+            if self._pending:
+                self._last_write = now
             due = self._last_write + keepalive_s
-            if trio.current_time() < due or self._pending:
-                await trio.sleep_until(max(due, trio.current_time() + 0.001))
+            if now < due:
+                await trio.sleep_until(due)
                 continue
             if self._finished:
                 return
