@@ -257,6 +257,20 @@ async def test_without_keys_metrics_are_open(server: Server) -> None:
     assert (await server.http.get("/metrics")).status_code == 200
 
 
+async def test_events_written_as_they_come_are_all_counted(server: Server) -> None:
+    # Paced tokens: the producer writes most events itself, and the counter catches up
+    # in batches; by the end of the stream every event is counted.
+    sent = "trio_responses_events_sent_total"
+    before = value(await scrape(server.http), sent, transport="sse")
+    streamed = 0
+    async with server.client.responses.stream(model=MODEL, input="delay:3 tokens:150") as stream:
+        async for _ in stream:
+            streamed += 1
+    assert streamed > 150
+    after = value(await scrape(server.http), sent, transport="sse")
+    assert after - before == streamed
+
+
 async def test_each_server_counts_its_own(start_server: StartServer) -> None:
     first = await start_server()
     second = await start_server()

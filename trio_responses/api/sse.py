@@ -40,6 +40,10 @@ a response) wake the body's task instead, which then writes all that came
 meanwhile in one chunk: one write per event would cost more than the wake-up.
 """
 
+_COUNT_BATCH = 64
+"""Events `SSEBody._take` wrote are counted in the metrics this many at a time (the
+rest when the stream ends): a counter's lock costs about as much as the write."""
+
 
 @final
 class SSEBody:
@@ -66,6 +70,8 @@ class SSEBody:
         """The rest of a chunk `_take` could only partly write: written next."""
         self._writing = False
         """The keep-alive task is writing (`_take` must not write meanwhile)."""
+        self._uncounted = 0
+        """Events `_take` wrote that the metrics do not count yet (see `_COUNT_BATCH`)."""
 
     def __aiter__(self) -> SSEBody:
         return self
@@ -110,6 +116,8 @@ class SSEBody:
                     await self._direct.write_framed(pending)
                 if not chunk:
                     continue
+                if self._finished:  # the last words: every event before them is counted
+                    self._count_sent()
                 await write(chunk)
                 self._last_write = trio.current_time()
                 turns += 1
@@ -163,8 +171,9 @@ class SSEBody:
         if not written:
             return 0, False
         self._last_write = now
-        if self._metrics is not None:
-            self._metrics.events_sent(len(frames))
+        self._uncounted += len(frames)
+        if self._uncounted >= _COUNT_BATCH:
+            self._count_sent()
         if written < len(framed):
             self._pending = framed[written:]
             return len(frames), False
@@ -208,12 +217,18 @@ class SSEBody:
             self._metrics.events_sent(len(frames))
         return b"".join(frames)
 
+    def _count_sent(self) -> None:
+        uncounted, self._uncounted = self._uncounted, 0
+        if uncounted and self._metrics is not None:
+            self._metrics.events_sent(uncounted)
+
     async def aclose(self) -> None:
         """Called by Quart when the response ends, normally or not.
 
         Never checkpoints, so it completes even inside a cancelled scope.
         """
         self._finished = True
+        self._count_sent()
         self._subscription.close()
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
