@@ -494,7 +494,8 @@ class JobRunner:
     ) -> None:
         config = self._config
         async with trio.open_nursery() as sessions:
-            await sessions.start(recorder.follow)
+            if recorder.follows:  # a task only where there is something to write
+                await sessions.start(recorder.follow)
             if turn is not None:
                 await sessions.start(turn.keep)
             toolbox = Toolbox(

@@ -103,17 +103,22 @@ class Recorder:
             except StoreError:
                 logger.warning("%s: could not remove the record of a failed create", job.id)
 
+    @property
+    def follows(self) -> bool:
+        """Whether `follow` has anything to write: only on durable backends."""
+        return self._state.durable and (self._stores or self._writes_log)
+
     async def follow(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Write what the job produces as it goes, until `stop` or the end of its log.
 
-        Only on durable backends; elsewhere it returns at once.
+        Returns at once unless it `follows`.
         """
         try:
             with self._follower:
                 task_status.started()
-                if not self._state.durable or not (self._stores or self._writes_log):
+                if not self.follows:
                     return
                 log = self._job.log
                 interval = self._state.logs.write_interval_s
@@ -135,8 +140,11 @@ class Recorder:
             self._followed.set()
 
     async def stop(self) -> None:
-        """Stop `follow` after its current write (bounded by the budget)."""
+        """Stop `follow` after its current write (bounded by the budget). Returns at
+        once when it has nothing to follow (it may not have been started)."""
         self._follower.cancel()
+        if not self.follows:
+            return
         with trio.move_on_after(self._budget_s):
             await self._followed.wait()
 
