@@ -121,8 +121,26 @@ def plan(prompt_tokens: Sequence[int], constraint: OutputConstraint | None = Non
     )
 
 
+_REMEMBERED_PROMPT_TOKENS = 8192
+
+
 def _plan_turn(prompt_tokens: Sequence[int]) -> Script:
-    """The whole scripted turn for a prompt ending with ``<|start|>assistant``."""
+    """The whole scripted turn for a prompt ending with ``<|start|>assistant``.
+
+    A script depends on its prompt alone: the plans of the last 128 prompts of up to
+    8,192 tokens are remembered (reading the prompt again costs a decode of it).
+    """
+    if len(prompt_tokens) <= _REMEMBERED_PROMPT_TOKENS:
+        return _remembered_turn(tuple(prompt_tokens))
+    return _plan_whole_turn(prompt_tokens)
+
+
+@functools.lru_cache(maxsize=128)
+def _remembered_turn(prompt_tokens: tuple[int, ...]) -> Script:
+    return _plan_whole_turn(prompt_tokens)
+
+
+def _plan_whole_turn(prompt_tokens: Sequence[int]) -> Script:
     prompt = _read_prompt(prompt_tokens)
     if prompt.last_role == Role.TOOL:
         return Script(
