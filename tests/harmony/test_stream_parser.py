@@ -66,6 +66,9 @@ COMMON = [
     "<|channel|>final<|message|>日本語のテキスト, héllo wörld 😀<|return|>",
     "<|channel|>final<|message|>" + "long text " * 50 + "<|return|>",
     "<|channel|>final<|message|>x<|return|><|start|>assistant<|channel|>final<|message|>y",
+    # Special tokens inside content are text, as in harmony.
+    "<|channel|>final<|message|>text <|channel|> inside<|return|>",
+    "<|channel|>final<|message|>x<|endoftext|>y<|return|>",
 ]
 
 # Forms it hands over to the Rust parser: the answers must still be the same.
@@ -75,14 +78,13 @@ UNUSUAL = [
     "<|channel|>final<|message|>hi<|end|>stray<|start|>assistant<|channel|>final<|message|>x<|return|>",
     "<|channel|>analysis<|message|>a<|end|><|start|>user<|message|>x<|end|>",
     "<|channel|>final<|message|>rare 𠜎𠜱 ሰላም 🧑‍🚀 split characters<|return|>",
-    "<|channel|>final<|message|>text <|channel|> inside<|return|>",
+    "<|channel|>analysis<|message|>ok<|end|><|start|>assistant<|channel|>final<|message|>𠜎<|return|>",
     "<|channel|><|message|>x<|end|>",
     "<|channel|>final <|channel|>analysis<|message|>x<|end|>",
     "<|channel|>commentary to=to=functions.x<|message|>{}<|call|>",
     "<|channel|>commentary a b c<|message|>{}<|call|>",
     "<|channel|>commentary\tto=functions.x<|message|>{}<|call|>",
     "<|channel|>final<|constrain|>a<|constrain|>b<|message|>x<|end|>",
-    "<|channel|>final<|message|>x<|endoftext|>y<|return|>",
     "<|channel|>fïnal<|message|>x<|end|>",
     "<|start|><|start|>",
 ]
@@ -102,6 +104,37 @@ def test_unusual_turns_are_read_by_the_rust_parser(text: str) -> None:
     ours, handed_over = _trace_ours(tokens)
     assert ours == _trace_rust(tokens)
     assert handed_over
+
+
+def test_a_hand_over_replays_the_current_header_only() -> None:
+    # A long message, then a header the fast path leaves to the Rust parser (a tab):
+    # the replay is that header, not the turn.
+    head = _tokens("<|channel|>analysis<|message|>" + " word" * 5000 + "<|end|>")
+    header = _tokens("<|start|>assistant<|channel|>final\t<|message|>")
+    tokens = head + header + _tokens("done<|return|>")
+    ours, handed_over = _trace_ours(tokens)
+    assert ours == _trace_rust(tokens)
+    assert handed_over
+    parser = StreamParser()
+    for token in head + header:
+        parser.process(token)
+    assert parser._rust is not None and len(parser._rust.tokens) == len(header)
+
+
+def test_a_split_character_replays_the_message_header_only() -> None:
+    # Long content of whole tokens, then a character split across tokens: the Rust
+    # parser gets the header and the split token, not the content before it.
+    header = _tokens("<|channel|>final<|message|>")
+    content = _tokens(" word" * 5000)
+    split = _tokens("𠜎")
+    tokens = header + content + split + _tokens(" and more<|return|>")
+    ours, handed_over = _trace_ours(tokens)
+    assert ours == _trace_rust(tokens)
+    assert handed_over
+    parser = StreamParser()
+    for token in header + content + split[:1]:
+        parser.process(token)
+    assert parser._rust is not None and len(parser._rust.tokens) == len(header) + 1
 
 
 def test_channel_and_recipient_of_a_message() -> None:

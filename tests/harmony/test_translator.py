@@ -122,8 +122,8 @@ def test_parser_state_and_messages_are_never_read(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(StreamableParser, "state_data", property(forbidden))
     monkeypatch.setattr(StreamableParser, "current_content", property(forbidden))
     translator, events = _translator()
-    # A character split across tokens: the Rust parser reads this turn (see StreamParser).
-    translator.feed(_tokens("<|channel|>final<|message|>𠜎" + " word" * 3000 + "<|return|>"))
+    # A tab in the header: the Rust parser reads this turn (see StreamParser).
+    translator.feed(_tokens("<|channel|>final\t<|message|>𠜎" + " word" * 3000 + "<|return|>"))
     assert translator._parser.handed_over
     _finish(translator, events)
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]

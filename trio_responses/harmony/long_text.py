@@ -56,7 +56,9 @@ def render_message(message: Message, options: RenderOptions) -> list[int]:
     with no text: header, ``<|message|>``, end token) around its text encoded
     as ordinary text. The frame depends only on the header, and rendering one
     costs harmony ~250 µs against ~2 µs to encode a short text, so frames are
-    remembered (`_frame`).
+    remembered (`_frame`). One difference from harmony's render, which refuses
+    it: a lone surrogate in the text (possible in a tool's output; requests
+    refuse them) is encoded as U+FFFD.
     """
     if len(message.content) != 1 or not isinstance(message.content[0], TextContent):
         return get_encoding().render(message, options)

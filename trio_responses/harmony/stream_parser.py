@@ -8,13 +8,16 @@ token costs it ~36 µs and a new parser ~165 µs, against ~1.5 µs per content
 token, so the eight header tokens of a plain answer outweighed the whole rest
 of a short stream.
 
-This one handles the forms the model writes (a header of plain ASCII words with
-``<|channel|>`` and ``<|constrain|>``, content whose every token is whole
-UTF-8) itself. At the first token it is not sure of — any other special token,
-a token that is only part of a UTF-8 character, a header outside that simple
-alphabet, a header the rules below reject — it hands over: a Rust parser
-replays every token so far and takes the rest of the turn, so anything unusual,
-errors included, is decided by the reference implementation.
+This one reads the headers the model writes (plain ASCII words with
+``<|channel|>`` and ``<|constrain|>``) and content made of tokens that decode
+by themselves (special tokens inside content are text, as in harmony). At the
+first token it is not sure of (a token that is only part of a UTF-8
+character, any other special token in a header, a header outside that
+alphabet or rejected by the rules below, a stray token after a message) it
+hands over: a Rust parser replays the current message's header, in the state
+harmony's parser has there, and reads the rest of the turn. So anything
+unusual, errors included, is decided by the reference implementation, and a
+hand-over replays a few tokens, never a long message.
 
 The header rules, for the headers it takes: the channel is the word after the
 first ``<|channel|>``, cut out of the header; a ``<|constrain|>`` marker
@@ -29,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from openai_harmony import Role, StreamableParser
+from openai_harmony import HarmonyError, Role, StreamableParser
 
 from .encoding import get_encoding, special_tokens
 
@@ -40,21 +43,30 @@ _CONSTRAIN: Final = "<|constrain|>"
 _SIMPLE_HEADER: Final = re.compile(r"[A-Za-z0-9_.:/=<|> -]*")
 _CHANNEL_END: Final = re.compile(r"[ <]")
 
-# Token id -> its text; None for a special token, or one that is not whole UTF-8
-# by itself. At most one entry per token of the vocabulary (~200,000).
-_texts: dict[int, str | None] = {}
+# What the parser has learnt of each token it met (at most the vocabulary, ~200,000):
+_texts: dict[int, str] = {}
+"""Tokens that decode by themselves, special ones included: their text."""
+_special: set[int] = set()
+"""Special tokens (their text is in `_texts` too)."""
+_partial: set[int] = set()
+"""Tokens that are not whole UTF-8 by themselves (or that no text decodes to)."""
 
 
-def _token_text(token: int) -> str | None:
+def _learn(token: int) -> bool:
+    """Put ``token`` in the tables above; False for a value that is no token at all
+    (negative, too large, not an int: the Rust parser raises its own error)."""
     encoding = get_encoding()
-    text: str | None = None
-    if not encoding.is_special_token(token):
-        try:
-            text = encoding.decode_utf8([token])
-        except Exception:  # part of a multi-byte character (openai_harmony's own error)
-            text = None
+    try:
+        text = encoding.decode_utf8([token])
+    except HarmonyError:
+        _partial.add(token)
+        return True
+    except Exception:
+        return False
+    if encoding.is_special_token(token):
+        _special.add(token)
     _texts[token] = text
-    return text
+    return True
 
 
 class _Unsure(Exception):
@@ -112,7 +124,9 @@ class StreamParser:
         self._message = special.message
         self._stops = frozenset((special.end, special.call, special.return_))
         self._header_special = {special.channel: _CHANNEL, special.constrain: _CONSTRAIN}
-        self._tokens: list[int] = []
+        self._header_tokens: list[int] = []
+        """The current message's header tokens so far, ``<|start|>`` and ``<|message|>``
+        included (what a hand-over replays)."""
         self._header: list[str] = []
         self._after_start = False
         self._state = _HEADER
@@ -136,51 +150,63 @@ class StreamParser:
             openai_harmony.HarmonyError: the tokens break the harmony format.
         """
         state = self._state
-        if state == _RUST:
-            self._rust_process(token)
-            return
-        self._tokens.append(token)
         if state == _CONTENT:  # the common case first
             if token in self._stops:
                 self._state = _BETWEEN
+                self._header_tokens.clear()
                 self.last_content_delta = self.current_channel = self.current_recipient = None
-                return
-            text = _texts[token] if token in _texts else _token_text(token)
-            if text is None:
-                self._hand_over()
-            else:
+            elif (text := _texts.get(token)) is not None:
                 self.last_content_delta = text
+            elif _learn(token) and token in _texts:
+                self.last_content_delta = _texts[token]
+            else:  # part of a character: harmony holds its bytes
+                self._hand_over(token)
         elif state == _HEADER:
+            self._header_tokens.append(token)
             if token == self._message:
                 try:
                     channel, recipient = _parse_header(
                         "".join(self._header), after_start=self._after_start
                     )
                 except _Unsure:
-                    self._hand_over()
+                    self._hand_over(None)
                     return
                 self.current_channel, self.current_recipient = channel, recipient
                 self._header.clear()
                 self._state = _CONTENT
                 return
-            text = self._header_special.get(token) or _token_text(token)
+            text = self._header_special.get(token)
+            if text is None and (token in _texts or _learn(token)) and token not in _special:
+                text = _texts.get(token)
             if text is None:
-                self._hand_over()
+                self._hand_over(None)
             else:
                 self._header.append(text)
-        elif token == self._start:  # between messages, only <|start|> may come
+        elif state == _BETWEEN and token == self._start:  # only <|start|> may come here
             self._after_start = True
+            self._header_tokens.append(token)
             self._state = _HEADER
+        elif state == _RUST:
+            self._rust_process(token)
         else:
-            self._hand_over()
+            self._hand_over(token)
 
-    def _hand_over(self) -> None:
-        """Replay the turn into a Rust parser, which reads the rest of it."""
-        tokens = self._tokens
-        self._tokens = []
+    def _hand_over(self, token: int | None) -> None:
+        """Let a Rust parser read the rest of the turn: it replays the current message's
+        header (in the state harmony's parser has there), then ``token``.
+
+        The content before ``token`` is not replayed: every token of it was whole
+        text, so the Rust parser would hold nothing back from it, and nothing read
+        here depends on it. A replay is a few tokens, however long the message.
+        """
+        tokens, self._header_tokens = self._header_tokens, []
+        # Within the turn's first message harmony's parser knows the role already.
+        first = self._state != _BETWEEN and not self._after_start
+        self._rust = StreamableParser(get_encoding(), Role.ASSISTANT if first else None)
         self._state = _RUST
-        self._rust = StreamableParser(get_encoding(), Role.ASSISTANT)
-        for token in tokens:
+        for replayed in tokens:
+            self._rust_process(replayed)
+        if token is not None:
             self._rust_process(token)
 
     def _rust_process(self, token: int) -> None:
