@@ -18,8 +18,8 @@ def _tokens(text: str) -> list[int]:
     return tokens
 
 
-def _trace_rust(tokens: list[int]) -> Trace:
-    parser = StreamableParser(get_encoding(), Role.ASSISTANT)
+def _trace(parser: StreamableParser | StreamParser, tokens: list[int]) -> Trace:
+    """What the parser answers after each token, up to the error it raises if any."""
     trace: Trace = []
     for index, token in enumerate(tokens):
         try:
@@ -31,17 +31,13 @@ def _trace_rust(tokens: list[int]) -> Trace:
     return trace
 
 
+def _trace_rust(tokens: list[int]) -> Trace:
+    return _trace(StreamableParser(get_encoding(), Role.ASSISTANT), tokens)
+
+
 def _trace_ours(tokens: list[int]) -> tuple[Trace, bool]:
     parser = StreamParser()
-    trace: Trace = []
-    for index, token in enumerate(tokens):
-        try:
-            parser.process(token)
-        except HarmonyError:
-            trace.append(("error", index))
-            break
-        trace.append((parser.last_content_delta, parser.current_channel, parser.current_recipient))
-    return trace, parser.handed_over
+    return _trace(parser, tokens), parser.handed_over
 
 
 # What gpt-oss writes: the parser must read these itself, never handing over.
