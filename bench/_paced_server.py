@@ -46,7 +46,7 @@ class TimedEngine:
 
         def timed(tokens: Sequence[int]) -> None:
             now = monotonic()
-            times.extend(now for _ in tokens)
+            times.extend([now] * len(tokens))
             sink(tokens)
 
         result: GenerationResult = await self._inner.generate(request, timed)

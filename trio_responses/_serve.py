@@ -221,16 +221,99 @@ class BoundedWriteStream(trio.abc.HalfCloseableStream):
 
 
 @final
+class _IdleTimer:
+    """Hypercorn's keep-alive timeout for one connection, with one task for its life.
+
+    Hypercorn stops its idle task when a request comes (a cancellation the task
+    wakes for) and starts a new one when the connection is idle again (a
+    `nursery.start`): two task switches and a task per request. Here one task,
+    started with the first idle spell, waits for the server's termination under
+    a deadline: `restart` (idle again) sets it ``keep_alive_timeout`` ahead and
+    `stop` (busy) lifts it, each without a checkpoint. Like hypercorn's task, it
+    closes the connection when the deadline passes while idle, or when the
+    server terminates, at once if idle, else as soon as it is idle again.
+    """
+
+    def __init__(self, server: _TCPServer) -> None:
+        self._server = server
+        self._ended = False
+        self._armed = False
+        self._deadline = math.inf
+        self._scope: trio.CancelScope | None = None
+        self._idle_again = trio.Event()
+
+    async def restart(self, task_group: Any, action: object) -> None:
+        """Idle from now (``action``, hypercorn's own idle task, is not used)."""
+        self._armed = True
+        self._deadline = trio.current_time() + self._server.config.keep_alive_timeout
+        if self._scope is None:
+            self._scope = trio.CancelScope(deadline=self._deadline)
+            await task_group._nursery.start(self._watch)
+        else:
+            self._scope.deadline = self._deadline
+            self._idle_again.set()
+
+    async def stop(self) -> None:
+        """Busy from now: no timeout until `restart`."""
+        self._armed = False
+        self._deadline = math.inf
+        if self._scope is not None:
+            self._scope.deadline = math.inf
+
+    def end(self) -> None:
+        """The connection is over (the client went): the task ends, closing nothing."""
+        self._ended = True
+        self._armed = False
+        if self._scope is not None:
+            self._scope.cancel()
+        self._idle_again.set()
+
+    async def _watch(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        terminated = self._server.context.terminated
+        scope = self._scope
+        task_status.started()
+        while scope is not None:
+            with scope:
+                await terminated.wait()
+            if self._ended:
+                return
+            if terminated.is_set() or (self._armed and trio.current_time() >= self._deadline):
+                break
+            # The deadline fell due just as a request came, or was moved: wait again.
+            scope = self._scope = trio.CancelScope(deadline=self._deadline)
+        while not self._armed:  # terminating while a request runs: close once it is done
+            self._idle_again = trio.Event()
+            await self._idle_again.wait()
+            if self._ended:
+                return
+        with trio.CancelScope(shield=True):
+            await self._server._initiate_server_close()
+
+
+@final
 class _TCPServer(TCPServer):
     """Hypercorn's connection handler, writing synchronously what the socket takes at once.
 
     It also offers its writes to the app (`connection_raw`, a `RawConnection`):
-    an HTTP/1.1 streaming body writes its framed chunks through it, past h11.
+    an HTTP/1.1 streaming body writes its framed chunks through it, past h11. Its
+    keep-alive timeout costs no task per request (`_IdleTimer`).
     """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.idle_task = _IdleTimer(self)  # type: ignore[assignment]
 
     async def run(self) -> None:
         connection_raw.set(self)  # for this connection's task and its app tasks
         await super().run()
+
+    async def _read_data(self) -> None:
+        try:
+            await super()._read_data()
+        finally:
+            cast(_IdleTimer, self.idle_task).end()  # nothing more to time out
 
     async def write(self, data: bytes) -> None:
         await self.protocol_send(RawData(data=data))

@@ -281,3 +281,65 @@ async def test_direct_writes_to_a_slow_reader_keep_the_stream_whole(server: Serv
     assert len([e for e in events if e.event == "response.output_text.delta"]) == 1500
     await socket.aclose()
     _assert_nothing_left(server)
+
+
+def _connection_tasks() -> int:
+    """Tasks serving a connection (trio's ``_run_handler``), anywhere in this run."""
+    count = 0
+    pending = [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        count += task.name.endswith("_run_handler")
+        for nursery in task.child_nurseries:
+            pending.extend(nursery.child_tasks)
+    return count
+
+
+_HEALTH = b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n"
+
+
+async def _health_on(stream: trio.SocketStream) -> None:
+    buffer = bytearray()
+    await stream.send_all(_HEALTH)
+    await _read_until(stream, b"\r\n\r\n", buffer)
+    head, _, body = bytes(buffer).partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))[15:]
+    )
+    while len(body) < length:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "connection closed early"
+        body += chunk
+
+
+async def test_an_idle_keep_alive_connection_times_out_from_its_last_request(
+    server: Server,
+) -> None:
+    # hypercorn's keep-alive timeout (5 s): counted from the end of the last
+    # request, not from the connection's first idle spell.
+    stream = await _open_socket(server)
+    async with stream:
+        await _health_on(stream)
+        await trio.sleep(3)
+        await _health_on(stream)  # busy, then idle again: the timeout starts over
+        answered = trio.current_time()
+        with trio.fail_after(30):
+            assert await stream.receive_some(65536) == b""  # the server closed it
+        assert trio.current_time() - answered >= 4.0
+
+
+async def test_connections_that_go_mid_stream_leave_no_task(server: Server) -> None:
+    before = _connection_tasks()
+    streams = [await _open_socket(server) for _ in range(8)]
+    for stream in streams:
+        await stream.send_all(
+            _post({"model": MODEL, "input": "tokens:500 delay:5", "stream": True})
+        )
+        await _read_until(stream, b"response.output_text.delta", bytearray())
+    assert _connection_tasks() == before + 8
+    for stream in streams:
+        await stream.aclose()
+    with trio.fail_after(10):
+        await trio.testing.wait_all_tasks_blocked(0.1)  # every task that could end has
+    assert _connection_tasks() == before
+    _assert_nothing_left(server)

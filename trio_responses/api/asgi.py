@@ -92,7 +92,7 @@ class ChunkedBody:
     @staticmethod
     def frame(data: bytes) -> bytes:
         """``data`` as one chunk (``data`` not empty: an empty chunk ends the body)."""
-        return b"".join((b"%x\r\n" % len(data), data, b"\r\n"))
+        return b"%x\r\n%s\r\n" % (len(data), data)
 
     async def write(self, data: bytes) -> None:
         """Write ``data`` as one chunk (nothing if empty)."""
