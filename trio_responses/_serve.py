@@ -241,17 +241,17 @@ class _IdleTimer:
         self._deadline = math.inf
         self._scope: trio.CancelScope | None = None
         self._idle_again = trio.Event()
+        self._watching = False
 
     async def restart(self, task_group: Any, action: object) -> None:
         """Idle from now (``action``, hypercorn's own idle task, is not used)."""
         self._armed = True
         self._deadline = trio.current_time() + self._server.config.keep_alive_timeout
-        if self._scope is None:
-            self._scope = trio.CancelScope(deadline=self._deadline)
-            await task_group._nursery.start(self._watch)
-        else:
+        if self._scope is not None:
             self._scope.deadline = self._deadline
             self._idle_again.set()
+        elif not self._watching and not self._ended:  # the first idle spell
+            await task_group._nursery.start(self._watch)
 
     async def stop(self) -> None:
         """Busy from now: no timeout until `restart`."""
@@ -272,9 +272,12 @@ class _IdleTimer:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         terminated = self._server.context.terminated
-        scope = self._scope
+        self._watching = True
+        # Made here, not in `restart`: a start cancelled before this runs leaves no
+        # scope behind, and the next `restart` starts the task again.
+        scope = self._scope = trio.CancelScope(deadline=self._deadline)
         task_status.started()
-        while scope is not None:
+        while True:
             with scope:
                 await terminated.wait()
             if self._ended:
