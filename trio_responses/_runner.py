@@ -137,10 +137,18 @@ class ResponseHandle:
     background: bool
     stream: bool
     _job: Job = field(repr=False, compare=False)
+    _created: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, job: Job) -> ResponseHandle:
-        return cls(job.id, job.background, job.request.stream, job)
+    def of(cls, job: Job, created: dict[str, Any] | None = None) -> ResponseHandle:
+        return cls(job.id, job.background, job.request.stream, job, created)
+
+    @property
+    def created(self) -> dict[str, Any]:
+        """The Response object as created (``queued``), what a background create
+        without ``stream`` returns: its job may have begun by the time the creator
+        answers. As it stands now for a handle not made by the create."""
+        return self._created if self._created is not None else self._job.snapshot()
 
     @property
     def status(self) -> Status:
@@ -345,20 +353,20 @@ class JobRunner:
         self._register(job)
         task_began = False
 
-        async def run(*, task_status: trio.TaskStatus[None]) -> None:
+        async def run(*, task_status: trio.TaskStatus[dict[str, Any] | None]) -> None:
             nonlocal task_began
             task_began = True
             await self._run(job, prepared.plan, turn, task_status=task_status)
 
         try:
-            await self._nursery.start(run, name=f"job {response_id}")
+            created = await self._nursery.start(run, name=f"job {response_id}")
         except BaseException:
             if not task_began:
                 self._unregister(job)
             elif not job.background and self._running.get(job.id) is job:
                 job.cancel()  # cancelled just after it started: its creator is gone
             raise
-        return ResponseHandle.of(job)
+        return ResponseHandle.of(job, created)
 
     def _admit(self, owner: str | None) -> None:
         """Refuse a new job when the server, or this owner, has no place for it."""
@@ -451,7 +459,7 @@ class JobRunner:
         plan: PromptPlan,
         turn: ConversationTurn | None,
         *,
-        task_status: trio.TaskStatus[None],
+        task_status: trio.TaskStatus[dict[str, Any] | None],
     ) -> None:
         RESPONSE_ID.set(job.id)  # this task's log lines (and its children's) name the job
         recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
@@ -479,7 +487,8 @@ class JobRunner:
                 },
             )
             timer = self._metrics.response_created(background=job.background)
-            task_status.started()
+            # What a background create answers: the response before its task goes on.
+            task_status.started(job.snapshot() if job.background else None)
             await self._generate(job, plan, recorder, timer, turn)
         finally:
             self._unregister(job)

@@ -316,7 +316,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
                     )
                 )
             if handle.background:
-                return json_response(handle.response)
+                return json_response(handle.created)
             return json_response(await handle.wait())
         except BaseException:
             handle.abandon()  # the client went away: stop generating
