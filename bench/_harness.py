@@ -16,10 +16,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
 MODEL = "gpt-oss-scripted"
+_REPOSITORY = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -171,3 +173,16 @@ class Connection:
         if not chunk:
             raise ConnectionError("server closed the connection")
         self.buffer.extend(chunk)
+
+
+async def start_profiler(pid: int) -> trio.Process | None:
+    """py-spy attached to ``pid`` when ``PY_SPY_RAW`` names an output file (raw
+    collapsed stacks, GIL samples only); stop it with SIGINT, then wait for it."""
+    output = os.environ.get("PY_SPY_RAW")
+    if not output:
+        return None
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        py_spy = _REPOSITORY / ".venv" / "bin" / "py-spy"
+    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--gil"]
+    return await trio.lowlevel.open_process([*argv, "--nonblocking", "--output", output])

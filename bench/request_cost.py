@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 
 import trio
 from cpu_per_token import cpu_seconds, load, read_all, run_clients
 
-from _harness import MODEL, server_process
+from _harness import MODEL, server_process, start_profiler
 
 STREAM_REQUESTS = 768
 HEALTH_REQUESTS = 3200
@@ -42,7 +40,7 @@ async def streamed(host: str, port: int, pid: int, concurrency: int) -> float:
     request += b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     await read_all(await run_clients(host, port, pid, [request] * concurrency))  # warm-up
     rounds = max(1, STREAM_REQUESTS // concurrency)
-    spy = _spy(pid)
+    spy = await start_profiler(pid)
     try:
         before = cpu_seconds(pid)
         for _ in range(rounds):
@@ -51,7 +49,7 @@ async def streamed(host: str, port: int, pid: int, concurrency: int) -> float:
     finally:
         if spy is not None:
             spy.send_signal(signal.SIGINT)
-            spy.wait()
+            await spy.wait()
 
 
 async def health(host: str, port: int, pid: int, concurrency: int) -> float:
@@ -86,31 +84,6 @@ def _content_length(head: bytes) -> int:
         if name.strip().lower() == b"content-length":
             return int(value)
     raise ValueError("a reply without Content-Length")
-
-
-def _spy(pid: int) -> subprocess.Popen[bytes] | None:
-    path = os.environ.get("PY_SPY_RAW")
-    if not path:
-        return None
-    spy = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "py-spy"),
-            "record",
-            "--pid",
-            str(pid),
-            "--gil",
-            "--format",
-            "raw",
-            "--rate",
-            "500",
-            "-o",
-            path,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(1.0)  # attached before the clock starts
-    return spy
 
 
 async def main(levels: list[int]) -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 import trio
 from cpu_per_token import cpu_seconds, load, read_all, run_clients
 
-from _harness import _free_port, request_bytes, stop_process
+from _harness import _free_port, request_bytes, start_profiler, stop_process
 
 HERE = Path(__file__).resolve().parent
 MAKE_MODEL_DIR = HERE.parent.parent / "shared" / "tiny-gpt-oss" / "make_model_dir.py"
@@ -223,18 +223,6 @@ async def main(levels: list[int]) -> None:
         for process in processes.values():
             await stop_process(process)
         log.close()
-
-
-async def start_profiler(pid: int) -> trio.Process | None:
-    """py-spy attached to ``pid`` when ``PY_SPY_RAW`` names an output file."""
-    output = os.environ.get("PY_SPY_RAW")
-    if not output:
-        return None
-    py_spy = Path(sys.executable).parent / "py-spy"
-    if not py_spy.exists():
-        py_spy = HERE.parent / ".venv" / "bin" / "py-spy"
-    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--gil"]
-    return await trio.lowlevel.open_process([*argv, "--nonblocking", "--output", output])
 
 
 if __name__ == "__main__":

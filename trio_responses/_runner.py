@@ -488,7 +488,9 @@ class JobRunner:
             )
             timer = self._metrics.response_created(background=job.background)
             # What a background create answers: the response before its task goes on.
-            task_status.started(job.snapshot() if job.background else None)
+            task_status.started(
+                job.snapshot() if job.background and not job.request.stream else None
+            )
             await self._generate(job, plan, recorder, timer, turn)
         finally:
             self._unregister(job)

@@ -241,7 +241,6 @@ class _IdleTimer:
         self._deadline = math.inf
         self._scope: trio.CancelScope | None = None
         self._idle_again = trio.Event()
-        self._watching = False
 
     async def restart(self, task_group: Any, action: object) -> None:
         """Idle from now (``action``, hypercorn's own idle task, is not used)."""
@@ -250,7 +249,9 @@ class _IdleTimer:
         if self._scope is not None:
             self._scope.deadline = self._deadline
             self._idle_again.set()
-        elif not self._watching and not self._ended:  # the first idle spell
+        elif not self._ended:
+            # The first idle spell: hypercorn's `run` calls this before it reads, so
+            # no other call can come while the task starts (and makes the scope).
             await task_group._nursery.start(self._watch)
 
     async def stop(self) -> None:
@@ -272,7 +273,6 @@ class _IdleTimer:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         terminated = self._server.context.terminated
-        self._watching = True
         # Made here, not in `restart`: a start cancelled before this runs leaves no
         # scope behind, and the next `restart` starts the task again.
         scope = self._scope = trio.CancelScope(deadline=self._deadline)
