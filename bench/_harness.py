@@ -177,12 +177,17 @@ class Connection:
 
 async def start_profiler(pid: int) -> trio.Process | None:
     """py-spy attached to ``pid`` when ``PY_SPY_RAW`` names an output file (raw
-    collapsed stacks, GIL samples only); stop it with SIGINT, then wait for it."""
+    collapsed stacks, GIL samples only; ``PY_SPY_RATE`` samples a second, default 250;
+    ``PY_SPY_BLOCKING=1`` pauses the process for each sample: whole stacks, but the
+    pauses change what is measured); stop it with SIGINT, then wait for it."""
     output = os.environ.get("PY_SPY_RAW")
     if not output:
         return None
     py_spy = Path(sys.executable).parent / "py-spy"
     if not py_spy.exists():
         py_spy = _REPOSITORY / ".venv" / "bin" / "py-spy"
-    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--gil"]
-    return await trio.lowlevel.open_process([*argv, "--nonblocking", "--output", output])
+    rate = os.environ.get("PY_SPY_RATE", "250")
+    argv = [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", rate, "--gil"]
+    if not os.environ.get("PY_SPY_BLOCKING"):  # whole stacks, but the process pauses
+        argv.append("--nonblocking")
+    return await trio.lowlevel.open_process([*argv, "--output", output])

@@ -25,6 +25,8 @@ CATEGORIES: list[tuple[str, str]] = [
     ("metrics / logging", r"metrics\.py|_logging\.py|logging/"),
     ("quart/ASGI response send", r"quart/"),
     ("hypercorn HTTP/1.1 + h11", r"hypercorn/|h11/"),
+    ("vLLM's AsyncLLM (output handler, ZMQ)", r"vllm/|zmq/|msgspec"),
+    ("trio-asyncio / asyncio loop", r"trio_asyncio/|asyncio/"),
     ("trio I/O + scheduler", r"trio/"),
 ]
 
