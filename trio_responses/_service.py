@@ -198,6 +198,7 @@ class ResponsesService:
         *,
         owner: str | None = None,
         local: Mapping[str, StoredResponse] | None = None,
+        size: int | None = None,
     ) -> ResponseHandle:
         """Validate ``request`` and start its job; returns once the job runs.
 
@@ -206,6 +207,8 @@ class ResponsesService:
         ``local``: finished responses kept by the caller (a WebSocket
         connection), looked up by ``previous_response_id`` before the store,
         so a conversation continues from them even with ``store: false``.
+        ``size``: the bytes of the JSON that ``request`` was decoded from, where
+        the caller has them (it saves estimating them; see `estimated_size`).
 
         Raises:
             InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
@@ -216,7 +219,8 @@ class ResponsesService:
             ShuttingDownError: `shutdown` has begun.
             StoreError: the state backend is unavailable.
         """
-        return await self.start(await self.prepare(request, owner=owner, local=local), owner=owner)
+        prepared = await self.prepare(request, owner=owner, local=local, size=size)
+        return await self.start(prepared, owner=owner)
 
     async def prepare(
         self,
@@ -224,16 +228,17 @@ class ResponsesService:
         *,
         owner: str | None = None,
         local: Mapping[str, StoredResponse] | None = None,
+        size: int | None = None,
     ) -> PreparedRequest:
         """The first half of `create`: validate ``request``, load the conversation
         before it (``local`` first, see `create`) and render its prompt. Nothing
-        starts and nothing is stored.
+        starts and nothing is stored. ``size``: as `create`.
 
         Raises:
             InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
             StoreError: the state backend is unavailable.
         """
-        return await self._prepare(request, owner, local)
+        return await self._prepare(request, owner, local, size)
 
     async def start(self, prepared: PreparedRequest, *, owner: str | None = None) -> ResponseHandle:
         """The second half of `create`: start the job of ``prepared``.
@@ -280,13 +285,16 @@ class ResponsesService:
         request: Mapping[str, Any] | CreateRequest,
         owner: str | None,
         local: Mapping[str, StoredResponse] | None = None,
+        size: int | None = None,
     ) -> PreparedRequest:
         """Validate ``request``, load the conversation before it, render its prompt."""
         # Validating and rendering a large request takes long enough to stall every
         # stream: both run in a worker thread when the input is large (pure work).
+        if size is None:
+            size = estimated_size(request)
         if not isinstance(request, CreateRequest):
             body = dict(request) if isinstance(request, Mapping) else request
-            request = await offload(estimated_size(body), partial(parse_create_request, body))
+            request = await offload(size, partial(parse_create_request, body))
         check_request(request, self.config, self.pool)
         request = await self.conversations.resolve_references(request, owner)
         context = await self._previous_context(request, owner, local)
@@ -298,7 +306,7 @@ class ResponsesService:
         # Sealed reasoning and compaction items open for their owner only (400 otherwise).
         unseal = item_opener(self.sealer, owner, context_param=context_param)
         prepared = await offload(
-            estimated_size((request, context)),
+            size + estimated_size(context),
             partial(prepare, request, context, config=self.config, unseal=unseal),
         )
         if request.conversation_id is not None:

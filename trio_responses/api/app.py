@@ -301,8 +301,8 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.post("/v1/responses")
     async def create_response() -> Response:
-        body = await _read_json()
-        handle = await service.create(body, owner=g.owner)
+        body, size = await _read_json_sized()
+        handle = await service.create(body, owner=g.owner, size=size)
         RESPONSE_ID.set(handle.id)  # this request's log line names its response
         try:
             if handle.stream:
@@ -513,6 +513,12 @@ async def _read_json() -> Any:
 
     Large bodies are decoded in a worker thread, so they do not stall the event loop.
     """
+    body, _ = await _read_json_sized()
+    return body
+
+
+async def _read_json_sized() -> tuple[Any, int]:
+    """`_read_json`, and the body's size in bytes."""
     data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
     g.body_read = True
-    return await offload(len(data), partial(decode_json_body, data))
+    return await offload(len(data), partial(decode_json_body, data)), len(data)
