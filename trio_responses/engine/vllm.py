@@ -21,6 +21,8 @@ context). The task awaiting `VllmEngine.generate` sleeps until its request
 ends. (An asyncio task per request iterating ``AsyncLLM.generate`` costs an
 asyncio step on the trio-asyncio loop per request per engine step: about
 half of what the bridge added to ``AsyncLLM`` itself, `bench/vllm_floor.py`.)
+The loop runs all asyncio callbacks that are ready in one Trio step, not one
+per step (`_run_ready_callbacks_together`).
 
 Cancelling the Trio side stops the sink at once (no output reaches it after)
 and aborts the request in vLLM, shielded and bounded: the request never
