@@ -296,7 +296,9 @@ class ResponsesService:
             body = dict(request) if isinstance(request, Mapping) else request
             request = await offload(size, partial(parse_create_request, body))
         check_request(request, self.config, self.pool)
-        request = await self.conversations.resolve_references(request, owner)
+        resolved = await self.conversations.resolve_references(request, owner)
+        if resolved is not request:  # stored items took the place of references
+            request, size = resolved, estimated_size(resolved)
         context = await self._previous_context(request, owner, local)
         context_param = "previous_response_id"
         if request.conversation_id is not None:
