@@ -40,6 +40,18 @@ def _long_conversation() -> bytes:
     return json.dumps({"model": MODEL, "input": items, "truncation": "auto"}).encode()
 
 
+async def _sample_health(
+    http: httpx2.AsyncClient, done: trio.Event, latencies: list[float]
+) -> None:
+    """``GET /health`` on one keep-alive connection, one request after another, until
+    ``done``: each latency on this test's clock."""
+    while not done.is_set():
+        start = time.perf_counter()
+        response = await http.get("/health")
+        latencies.append(time.perf_counter() - start)
+        assert response.status_code == 200
+
+
 async def test_health_stays_fast_while_large_requests_are_processed(
     nursery: trio.Nursery,
 ) -> None:
@@ -49,14 +61,6 @@ async def test_health_stays_fast_while_large_requests_are_processed(
     latencies: list[float] = []
     done = trio.Event()
     headers = {"Content-Type": "application/json"}
-
-    async def sample_health(http: httpx2.AsyncClient) -> None:
-        # One keep-alive connection, one request after another, on this test's clock.
-        while not done.is_set():
-            start = time.perf_counter()
-            response = await http.get("/health")
-            latencies.append(time.perf_counter() - start)
-            assert response.status_code == 200
 
     async def post_too_long(body: bytes) -> None:
         async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
@@ -79,7 +83,7 @@ async def test_health_stays_fast_while_large_requests_are_processed(
         async with httpx2.AsyncClient(base_url=server.url, timeout=120) as sampler:
             await sampler.get("/health")  # connected and warm
             async with trio.open_nursery() as inner:
-                inner.start_soon(sample_health, sampler)
+                inner.start_soon(_sample_health, sampler, done, latencies)
                 async with trio.open_nursery() as clients:
                     clients.start_soon(post_too_long, huge)
                     clients.start_soon(post_too_long, many)
@@ -131,18 +135,11 @@ async def test_health_stays_fast_while_references_to_large_items_are_rendered(
     latencies: list[float] = []
     done = trio.Event()
 
-    async def sample_health(http: httpx2.AsyncClient) -> None:
-        while not done.is_set():
-            start = time.perf_counter()
-            response = await http.get("/health")
-            latencies.append(time.perf_counter() - start)
-            assert response.status_code == 200
-
     with trio.fail_after(120):
         async with httpx2.AsyncClient(base_url=server.url, timeout=120) as sampler:
             await sampler.get("/health")
             async with trio.open_nursery() as inner:
-                inner.start_soon(sample_health, sampler)
+                inner.start_soon(_sample_health, sampler, done, latencies)
                 async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
                     for _ in range(2):
                         response = await http.post("/v1/responses", content=body, headers=headers)
