@@ -46,10 +46,10 @@ from typing import Any, cast, final
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Event, RawData
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
@@ -222,77 +222,82 @@ class BoundedWriteStream(trio.abc.HalfCloseableStream):
 
 @final
 class _IdleTimer:
-    """Hypercorn's keep-alive timeout for one connection, with one task for its life.
+    """Hypercorn's keep-alive timeout for one connection, without a task.
 
     Hypercorn stops its idle task when a request comes (a cancellation the task
     wakes for) and starts a new one when the connection is idle again (a
-    `nursery.start`): two task switches and a task per request. Here one task,
-    started with the first idle spell, waits for the server's termination under
-    a deadline: `restart` (idle again) sets it ``keep_alive_timeout`` ahead and
-    `stop` (busy) lifts it, each without a checkpoint. Like hypercorn's task, it
-    closes the connection when the deadline passes while idle, or when the
-    server terminates, at once if idle, else as soon as it is idle again.
+    `nursery.start`). Here the connection's own reads wait under the deadline
+    (`_TCPServer._read_data`, `read_scope`): `restart` (idle again) sets it
+    ``keep_alive_timeout`` ahead and `stop` (busy) lifts it, each without a
+    checkpoint. Like hypercorn's task, the connection is closed when the deadline
+    passes while idle, or when the server terminates (`terminate`): at once if
+    idle, else as soon as it is idle again.
     """
 
-    def __init__(self, server: _TCPServer) -> None:
-        self._server = server
-        self._ended = False
-        self._armed = False
+    def __init__(self, keep_alive_s: float, *, terminated: bool) -> None:
+        self._keep_alive_s = keep_alive_s
+        self._terminated = terminated
+        self._idle = False
         self._deadline = math.inf
         self._scope: trio.CancelScope | None = None
-        self._idle_again = trio.Event()
+        """The scope of the read under way (set by `read_scope`)."""
 
     async def restart(self, task_group: Any, action: object) -> None:
-        """Idle from now (``action``, hypercorn's own idle task, is not used)."""
-        self._armed = True
-        self._deadline = trio.current_time() + self._server.config.keep_alive_timeout
-        if self._scope is not None:
-            self._scope.deadline = self._deadline
-            self._idle_again.set()
-        elif not self._ended:
-            # The first idle spell: hypercorn's `run` calls this before it reads, so
-            # no other call can come while the task starts (and makes the scope).
-            await task_group._nursery.start(self._watch)
+        """Idle from now (hypercorn's signature; ``action``, its idle task, is not used)."""
+        self._idle = True
+        self._move(-math.inf if self._terminated else trio.current_time() + self._keep_alive_s)
 
     async def stop(self) -> None:
         """Busy from now: no timeout until `restart`."""
-        self._armed = False
-        self._deadline = math.inf
-        if self._scope is not None:
-            self._scope.deadline = math.inf
+        self._idle = False
+        self._move(math.inf)
 
-    def end(self) -> None:
-        """The connection is over (the client went): the task ends, closing nothing."""
-        self._ended = True
-        self._armed = False
-        if self._scope is not None:
-            self._scope.cancel()
-        self._idle_again.set()
+    def terminate(self) -> None:
+        """The server is closing its connections: this one goes once it is idle."""
+        self._terminated = True
+        if self._idle:
+            self._move(-math.inf)
 
-    async def _watch(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        terminated = self._server.context.terminated
-        # Made here, not in `restart`: a start cancelled before this runs leaves no
-        # scope behind, and the next `restart` starts the task again.
-        scope = self._scope = trio.CancelScope(deadline=self._deadline)
-        task_status.started()
-        while True:
-            with scope:
-                await terminated.wait()
-            if self._ended:
-                return
-            if terminated.is_set() or (self._armed and trio.current_time() >= self._deadline):
-                break
-            # The deadline fell due just as a request came, or was moved: wait again.
-            scope = self._scope = trio.CancelScope(deadline=self._deadline)
-        while not self._armed:  # terminating while a request runs: close once it is done
-            self._idle_again = trio.Event()
-            await self._idle_again.wait()
-            if self._ended:
-                return
-        with trio.CancelScope(shield=True):
-            await self._server._initiate_server_close()
+    def read_scope(self) -> trio.CancelScope:
+        """A scope for the next read: cancelled when the connection is to close."""
+        self._scope = trio.CancelScope(deadline=self._deadline)
+        return self._scope
+
+    @property
+    def expired(self) -> bool:
+        """Whether the connection is idle past its deadline (or terminated while idle).
+
+        A read cancelled while this is False was cancelled just before a request
+        came (or its deadline moved): read again."""
+        return self._idle and trio.current_time() >= self._deadline
+
+    def _move(self, deadline: float) -> None:
+        self._deadline = deadline
+        if self._scope is not None:
+            self._scope.deadline = deadline
+
+
+@final
+class _Connections:
+    """The idle timers of one server's open connections, to close them at termination."""
+
+    def __init__(self, keep_alive_s: float, terminated: Callable[[], bool]) -> None:
+        self._keep_alive_s = keep_alive_s
+        self._terminated = terminated
+        self._timers: set[_IdleTimer] = set()
+
+    def open(self) -> _IdleTimer:
+        timer = _IdleTimer(self._keep_alive_s, terminated=self._terminated())
+        self._timers.add(timer)
+        return timer
+
+    def close(self, timer: _IdleTimer) -> None:
+        self._timers.discard(timer)
+
+    def terminate(self) -> None:
+        """Idle connections close now, busy ones once they are idle."""
+        for timer in self._timers:
+            timer.terminate()
 
 
 @final
@@ -301,22 +306,42 @@ class _TCPServer(TCPServer):
 
     It also offers its writes to the app (`connection_raw`, a `RawConnection`):
     an HTTP/1.1 streaming body writes its framed chunks through it, past h11. Its
-    keep-alive timeout costs no task per request (`_IdleTimer`).
+    keep-alive timeout costs no task (`_IdleTimer`); hypercorn's ``read_timeout``,
+    which `hypercorn_config` leaves unset, is not applied.
     """
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: Any, connections: _Connections) -> None:
         super().__init__(*args)
-        self.idle_task = _IdleTimer(self)  # type: ignore[assignment]
+        self._connections = connections
+        self._timer = connections.open()
+        self.idle_task = self._timer  # type: ignore[assignment]
 
     async def run(self) -> None:
         connection_raw.set(self)  # for this connection's task and its app tasks
-        await super().run()
+        try:
+            await super().run()
+        finally:
+            self._connections.close(self._timer)
 
     async def _read_data(self) -> None:
-        try:
-            await super()._read_data()
-        finally:
-            cast(_IdleTimer, self.idle_task).end()  # nothing more to time out
+        timer = self._timer
+        while True:
+            data = None
+            with timer.read_scope():
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+            if data is None:  # the deadline moved, or passed
+                if timer.expired:
+                    with trio.CancelScope(shield=True):
+                        await self._initiate_server_close()
+                    return
+                continue
+            await self.protocol.handle(RawData(bytes(data)))
+            if not data:
+                break
+        await self.protocol.handle(Closed())
 
     async def write(self, data: bytes) -> None:
         await self.protocol_send(RawData(data=data))
@@ -377,10 +402,11 @@ async def _serve_http(
                 urls.append(url)
                 await hconfig.log.info(f"Running on {url} (CTRL + C to quit)")
             state = ConnectionState(lifespan_state.copy())
+            connections = _Connections(hconfig.keep_alive_timeout, context.terminated.is_set)
 
             async def handle(stream: trio.SocketStream) -> None:
                 bounded: Any = deadlines.wrap(stream)  # hypercorn annotates an SSLStream
-                await _TCPServer(wrapped, hconfig, context, state, bounded)
+                await _TCPServer(wrapped, hconfig, context, state, bounded, connections=connections)
 
             task_status.started(urls)
             try:
@@ -393,8 +419,10 @@ async def _serve_http(
                     await shutdown_trigger()
                     accepting.cancel_scope.cancel()
             finally:
-                # Idle keep-alive connections close now; busy ones by the deadline.
+                # Idle keep-alive connections close now, busy ones once idle (at the
+                # deadline at the latest).
                 await context.terminated.set()
+                connections.terminate()
                 deadline = trio.current_time() + hconfig.graceful_timeout
                 handlers.cancel_scope.deadline = deadline
                 deadlines.close_by(deadline)

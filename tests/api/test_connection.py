@@ -4,6 +4,7 @@ long streams are not cut."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from urllib.parse import urlsplit
 
 import h11
@@ -12,6 +13,8 @@ import trio
 import trio.testing
 
 from tests.support import MODEL, JobSpy, Server, parse_sse
+from trio_responses import Config
+from trio_responses._serve import serve
 
 
 async def _open_socket(server: Server) -> trio.SocketStream:
@@ -326,6 +329,24 @@ async def test_an_idle_keep_alive_connection_times_out_from_its_last_request(
         with trio.fail_after(30):
             assert await stream.receive_some(65536) == b""  # the server closed it
         assert trio.current_time() - answered >= 4.0
+
+
+async def test_shutdown_closes_idle_keep_alive_connections_at_once(
+    nursery: trio.Nursery,
+) -> None:
+    # Not after hypercorn's keep-alive timeout (5 s): the server is going away.
+    stop = trio.Event()
+    urls = await nursery.start(partial(serve, Config(port=0), shutdown_trigger=stop.wait))
+    parts = urlsplit(urls[0])
+    assert parts.hostname is not None and parts.port is not None
+    idle = await trio.open_tcp_stream(parts.hostname, parts.port)
+    async with idle:
+        await _health_on(idle)
+        stop.set()
+        began = trio.current_time()
+        with trio.fail_after(30):
+            assert await idle.receive_some(65536) == b""
+        assert trio.current_time() - began < 3.0
 
 
 async def test_connections_that_go_mid_stream_leave_no_task(server: Server) -> None:
