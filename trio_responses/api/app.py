@@ -16,8 +16,11 @@ import time
 from functools import partial
 from typing import Any
 
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 from quart import Response, g, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
+from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
 from .._exceptions import (
@@ -107,10 +110,27 @@ def _error_json(error: dict[str, str | None], status: int) -> Response:
     return Response(payload, status=status, mimetype="application/json")
 
 
+class _HTTPConnection(TrioASGIHTTPConnection):
+    """quart-trio's HTTP request handling, in one task fewer.
+
+    quart-trio runs two tasks in a nursery per request: one takes the ASGI
+    messages (the body, then a disconnect, which cancels the nursery) and one
+    handles the request. Here the handling runs in the task that called the app,
+    as the nursery's body: a disconnect cancels it just the same.
+    """
+
+    async def __call__(self, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        request = self._create_request_from_scope(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.handle_messages, nursery, request, receive)
+            await self.handle_request(nursery, request, send)
+
+
 def create_app(service: ResponsesService) -> QuartTrio:
     """The quart-trio application serving ``service``."""
     config = service.config
     app = QuartTrio("trio_responses")
+    app.asgi_http_class = _HTTPConnection
     # Quart cuts any response (SSE included) after 60 s by default.
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
@@ -171,17 +191,8 @@ def create_app(service: ResponsesService) -> QuartTrio:
         return owner_of(presented.decode())
 
     @app.after_request
-    async def close_if_unread(response: Response) -> Response:
-        # A reply sent before the body was read (a 401, 404, 405 or 413, a route
-        # that takes no body): hypercorn cannot reuse the connection while the rest
-        # of the body is unread, and closes it. Say so, rather than let a keep-alive
-        # client send its next request into a closing connection.
-        if _has_body() and not getattr(g, "body_read", False):
-            response.headers["Connection"] = "close"
-        return response
-
-    @app.after_request
-    async def mark_response(response: Response) -> Response:
+    async def finish_response(response: Response) -> Response:
+        # One hook rather than one per concern: each is a call through Quart.
         response.headers["x-request-id"] = g.request_id
         if cors.enabled:
             # Whether CORS headers are sent depends on Origin: caches must know.
@@ -189,14 +200,22 @@ def create_app(service: ResponsesService) -> QuartTrio:
             origin = request.headers.get("Origin")
             if origin is not None and cors.allows(origin):
                 response.headers.update(cors.response_headers(origin))
+        # A reply sent before the body was read (a 401, 404, 405 or 413, a route
+        # that takes no body): hypercorn cannot reuse the connection while the rest
+        # of the body is unread, and closes it. Say so, rather than let a keep-alive
+        # client send its next request into a closing connection.
+        if _has_body() and not getattr(g, "body_read", False):
+            response.headers["Connection"] = "close"
+        log_request(response)
         return response
 
-    @app.after_request
-    async def log_request(response: Response) -> Response:
+    def log_request(response: Response) -> None:
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
         rule = request.url_rule
         route = rule.rule if rule is not None else None
         metrics.http_request(route, request.method, response.status_code, elapsed)
+        if not logger.isEnabledFor(logging.INFO):
+            return
         view_args = request.view_args or {}
         logger.info(
             "%s %s -> %s (%.1f ms)",
@@ -213,7 +232,6 @@ def create_app(service: ResponsesService) -> QuartTrio:
                 "response_id": view_args.get("response_id") or RESPONSE_ID.get(),
             },
         )
-        return response
 
     @app.errorhandler(ResponsesError)
     async def on_responses_error(error: ResponsesError) -> Response:
