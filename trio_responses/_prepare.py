@@ -65,6 +65,9 @@ class PreparedRequest:
     context_ids: tuple[str, ...] | None = None
     """With ``conversation``: the ids of the conversation's items, in order, that the
     prompt was rendered from (checked again under the conversation's lock)."""
+    request_bytes: int | None = None
+    """The size of the request's JSON, where known (bytes, or `estimated_size`'s
+    estimate): it bounds the response's first record (`first_record_bound`)."""
 
 
 Unseal = Callable[[InputItem, str | None], InputItem]
@@ -100,10 +103,11 @@ def prepare(
     config: Config,
     date: str | None = None,
     unseal: Unseal | None = None,
+    request_bytes: int | None = None,
 ) -> PreparedRequest:
     """Plan and render the prompt of ``request`` after ``context`` (earlier turns).
 
-    Call `check_request` first.
+    Call `check_request` first. ``request_bytes``: see `PreparedRequest`.
 
     Raises:
         InvalidRequestError: too many items, an approval that answers nothing,
@@ -132,7 +136,11 @@ def prepare(
         tools=plan.tools,
     )
     return PreparedRequest(
-        request=request, input_items=input_items, plan=plan, prompt_tokens=list(prompt)
+        request=request,
+        input_items=input_items,
+        plan=plan,
+        prompt_tokens=list(prompt),
+        request_bytes=request_bytes,
     )
 
 

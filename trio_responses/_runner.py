@@ -44,7 +44,7 @@ from .metrics import Metrics, ResponseTimer
 from .protocol.builder import request_echo
 from .protocol.ids import new_id
 from .protocol.lifecycle import Status
-from .store.base import State, StoredResponse, StoreLimits, measure_record
+from .store.base import State, StoredResponse, StoreLimits, first_record_bound, measure_record
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
 
@@ -346,7 +346,7 @@ class JobRunner:
         )
         job.builder.seal_reasoning = prepared.seal_reasoning
         if request.store:
-            await self._check_store_share(job)
+            await self._check_store_share(job, prepared.request_bytes)
             self._admit(owner)  # again: other creates may have been admitted meanwhile
         # Registered before the next checkpoint, so concurrent creates see its place
         # taken; from its first step on, the job's task owns the registration.
@@ -388,12 +388,18 @@ class JobRunner:
                 code="rate_limit_exceeded",
             )
 
-    async def _check_store_share(self, job: Job) -> None:
+    async def _check_store_share(self, job: Job, request_bytes: int | None) -> None:
         """Refuse a response whose record, as first stored, would not fit its owner's
         share of the store: it would evict everything the owner has and still be
         over the bound. (One that grows past the share as it generates is kept,
-        alone: see `StoreLimits`.)"""
+        alone: see `StoreLimits`.) ``request_bytes``: the size of the request's
+        JSON, where known; when its bound fits, nothing is measured."""
         limits = self._store_limits
+        if (
+            request_bytes is not None
+            and first_record_bound(request_bytes, len(job.input_items)) <= limits.share_bytes
+        ):
+            return
         size = await measure_record(StoredResponse(job.snapshot(), job.input_items, job.owner))
         if size <= limits.share_bytes:
             return

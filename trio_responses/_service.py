@@ -36,7 +36,7 @@ from ._compaction import compacted_response, parse_compact_request, summarizing_
 from ._config import Config
 from ._conversations import Conversations, context_ids
 from ._exceptions import InvalidRequestError, NotFoundError
-from ._offload import estimated_size, offload
+from ._offload import INLINE_BYTES, estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
 from ._runner import FinishedJob, JobRunner, ResponseHandle
 from ._sealed_items import INCLUDE_REASONING, item_opener, reasoning_sealer
@@ -290,8 +290,11 @@ class ResponsesService:
         """Validate ``request``, load the conversation before it, render its prompt."""
         # Validating and rendering a large request takes long enough to stall every
         # stream: both run in a worker thread when the input is large (pure work).
+        # The request's size, where known in full (an estimate stops at the limit).
+        known: int | None = size
         if size is None:
             size = estimated_size(request)
+            known = size if size <= INLINE_BYTES else None
         if not isinstance(request, CreateRequest):
             body = dict(request) if isinstance(request, Mapping) else request
             request = await offload(size, partial(parse_create_request, body))
@@ -299,6 +302,7 @@ class ResponsesService:
         resolved = await self.conversations.resolve_references(request, owner)
         if resolved is not request:  # stored items took the place of references
             request, size = resolved, estimated_size(resolved)
+            known = size if size <= INLINE_BYTES else None
         context = await self._previous_context(request, owner, local)
         context_param = "previous_response_id"
         if request.conversation_id is not None:
@@ -309,7 +313,9 @@ class ResponsesService:
         unseal = item_opener(self.sealer, owner, context_param=context_param)
         prepared = await offload(
             size + estimated_size(context),
-            partial(prepare, request, context, config=self.config, unseal=unseal),
+            partial(
+                prepare, request, context, config=self.config, unseal=unseal, request_bytes=known
+            ),
         )
         if request.conversation_id is not None:
             prepared = replace(prepared, context_ids=context_ids(context))

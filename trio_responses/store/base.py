@@ -66,6 +66,7 @@ __all__ = [
     "StoredConversation",
     "StoredResponse",
     "conversation_bytes",
+    "first_record_bound",
     "measure_record",
     "record_bytes",
     "with_retries",
@@ -171,6 +172,24 @@ def record_bytes(record: StoredResponse) -> int:
     CPU-heavy for large records: see `measure_record`.
     """
     return len(encoded(record.response).encode()) + len(encoded(record.input_items).encode())
+
+
+FIRST_RECORD_SLACK = 64 * 1024
+"""`first_record_bound`'s allowance for the echo's defaults and the tools' fields."""
+
+
+def first_record_bound(request_bytes: int, input_items: int) -> int:
+    """At least the `record_bytes` of a response's first record (before any output),
+    from the size of its request's JSON and its number of input items.
+
+    The record holds what the request sent once: its input in the input items, its
+    other fields in the response's echo of them. Encoded again, a value takes at
+    most six times what it took in the request, or what `estimated_size` counts
+    for it (a control character becomes a six-byte escape; ``9e15`` becomes
+    ``9000000000000000.0``); each item adds an id, a type and a status, and the
+    echo the names and defaults of what the request left out.
+    """
+    return 6 * request_bytes + 512 * input_items + FIRST_RECORD_SLACK
 
 
 async def measure_record(record: StoredResponse) -> int:
