@@ -146,3 +146,62 @@ async def test_a_half_taken_direct_write_is_finished_before_anything_else(
         log.append(_frame(4))
         log.close()
     assert _unchunk(bytes(connection.wire)) == b"".join(_frame(n) for n in range(5)) + DONE
+
+
+async def test_a_direct_stream_gets_keepalives_only_when_quiet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Written by the producer, a stream's writes count as activity; once it goes
+    quiet, the body's task writes a keep-alive every ``keepalive_s``."""
+    connection = _ThrottledConnection()
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=15)
+
+    async def send(message: object) -> None:
+        raise AssertionError("chunks go through the chunked body, not ASGI")
+
+    async def serve() -> None:
+        response_send.set(send)
+        response_chunked_body.set(ChunkedBody(connection))
+        async for _ in body:
+            raise AssertionError("the body writes its chunks itself")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        for n in range(12):  # one every 5 s for a minute: no keep-alive needed
+            await trio.sleep(5)
+            log.append(_frame(n))
+        await trio.sleep(40)  # quiet: keep-alives at 15 and 30 s
+        log.close()
+    frames = b"".join(_frame(n) for n in range(12))
+    assert _unchunk(bytes(connection.wire)) == frames + KEEPALIVE * 2 + DONE
+
+
+async def test_an_asgi_stream_gets_keepalives_when_quiet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Served through ASGI messages (not HTTP/1.1), keep-alives go the same way."""
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=15)
+    sent: list[bytes] = []
+
+    async def send(message: dict[str, object]) -> None:
+        await trio.lowlevel.checkpoint()
+        chunk = message["body"]
+        assert isinstance(chunk, bytes)
+        sent.append(chunk)
+
+    async def serve() -> None:
+        response_send.set(send)  # type: ignore[arg-type]
+        response_chunked_body.set(None)
+        async for _ in body:
+            raise AssertionError("the body writes its chunks itself")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(0))
+        await trio.sleep(40)
+        log.close()
+    assert sent == [_frame(0), KEEPALIVE, KEEPALIVE, DONE]

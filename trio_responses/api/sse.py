@@ -69,7 +69,7 @@ class SSEBody:
         self._pending = b""
         """The rest of a chunk `_take` could only partly write: written next."""
         self._writing = False
-        """The keep-alive task is writing (`_take` must not write meanwhile)."""
+        """A keep-alive is being written (`_take` must not write meanwhile)."""
         self._uncounted = 0
         """Events `_take` wrote that the metrics do not count yet (see `_COUNT_BATCH`)."""
 
@@ -96,36 +96,67 @@ class SSEBody:
     async def _write_all(self, write: RawWrite) -> None:
         """Write the whole stream with ``write``, keep-alives included.
 
-        Served by our ASGI wrapper, the body writes its chunks itself: no cancel
-        scope per event (the keep-alive is a second task that wakes once per
-        ``keepalive_s``), and no round trip through Quart's body loop; on
-        HTTP/1.1, not through hypercorn's stream and h11 either
-        (`response_chunked_body`). Following a log in this process, an HTTP/1.1
-        body may even be written by the producer (`_take`): events the socket
-        takes at once cost no wake-up of this task.
+        Served by our ASGI wrapper, the body writes its chunks itself: no round
+        trip through Quart's body loop; on HTTP/1.1, not through hypercorn's
+        stream and h11 either (`response_chunked_body`). Following a log in this
+        process, an HTTP/1.1 body may even be written by the producer (`_take`):
+        events the socket takes at once cost no wake-up of this task, which then
+        wakes seldom, and its waits carry the keep-alive's deadline. Otherwise
+        every event may wake it, and a second task writes the keep-alives (no
+        cancel scope per wake-up).
         """
         self._last_write = trio.current_time()
+        if self._direct is not None:
+            await self._write_chunks(write, timed=True)
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_alive, write)
-            turns = 0
-            while not self._finished:
-                chunk = await self._next_chunk()
-                if self._pending and self._direct is not None:
-                    # The rest of a chunk `_take` began goes first (it woke us for it).
-                    pending, self._pending = self._pending, b""
-                    await self._direct.write_framed(pending)
-                if not chunk:
-                    continue
-                if self._finished:  # the last words: every event before them is counted
-                    self._count_sent()
-                await write(chunk)
-                self._last_write = trio.current_time()
-                turns += 1
-                if turns % _CHUNKS_PER_CHECKPOINT == 0:
-                    # Neither a subscription with frames ready nor a write the
-                    # socket takes at once yields: let the other tasks run.
-                    await trio.lowlevel.checkpoint()
+            await self._write_chunks(write, timed=False)
             nursery.cancel_scope.cancel()
+
+    async def _write_chunks(self, write: RawWrite, *, timed: bool) -> None:
+        """Write chunks until the stream ends; ``timed``: keep-alives too (`_keep_alive_due`)."""
+        turns = 0
+        while not self._finished:
+            if timed:
+                with trio.move_on_at(self._last_write + self._keepalive_s) as waiting:
+                    chunk = await self._next_chunk()
+                if waiting.cancelled_caught:
+                    await self._keep_alive_due(write)
+                    continue
+            else:
+                chunk = await self._next_chunk()
+            if self._pending and self._direct is not None:
+                # The rest of a chunk `_take` began goes first (it woke us for it).
+                pending, self._pending = self._pending, b""
+                await self._direct.write_framed(pending)
+            if not chunk:
+                continue
+            if self._finished:  # the last words: every event before them is counted
+                self._count_sent()
+            await write(chunk)
+            self._last_write = trio.current_time()
+            turns += 1
+            if turns % _CHUNKS_PER_CHECKPOINT == 0:
+                # Neither a subscription with frames ready nor a write the
+                # socket takes at once yields: let the other tasks run.
+                await trio.lowlevel.checkpoint()
+
+    async def _keep_alive_due(self, write: RawWrite) -> None:
+        """A wait for frames reached the keep-alive's deadline: write one if nothing
+        was written since (the producer may have), else what `_take` left owing."""
+        if self._pending and self._direct is not None:
+            pending, self._pending = self._pending, b""
+            await self._direct.write_framed(pending)
+        elif not self._finished and trio.current_time() >= self._last_write + self._keepalive_s:
+            self._writing = True
+            try:
+                await write(KEEPALIVE)
+            finally:
+                self._writing = False
+        else:
+            return
+        self._last_write = trio.current_time()
 
     async def _keep_alive(self, write: RawWrite) -> None:
         """Write a keep-alive comment whenever nothing was written for ``keepalive_s``.
