@@ -205,3 +205,35 @@ async def test_an_asgi_stream_gets_keepalives_when_quiet(
         await trio.sleep(40)
         log.close()
     assert sent == [_frame(0), KEEPALIVE, KEEPALIVE, DONE]
+
+
+async def test_a_direct_stream_woken_often_still_gets_keepalives(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Events closer than the producer writes them wake the body's task, which then
+    leaves the keep-alives to a task of their own: they still come when quiet."""
+    connection = _ThrottledConnection()
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=15)
+
+    async def send(message: object) -> None:
+        raise AssertionError("chunks go through the chunked body, not ASGI")
+
+    async def serve() -> None:
+        response_send.set(send)
+        response_chunked_body.set(ChunkedBody(connection))
+        async for _ in body:
+            raise AssertionError("the body writes its chunks itself")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        for n in range(12):
+            await trio.sleep(0.0002)  # closer than the producer writes: a wake-up each
+            log.append(_frame(n))
+            await trio.testing.wait_all_tasks_blocked()
+        assert connection.direct_writes < 12
+        await trio.sleep(40)
+        log.close()
+    frames = b"".join(_frame(n) for n in range(12))
+    assert _unchunk(bytes(connection.wire)) == frames + KEEPALIVE * 2 + DONE

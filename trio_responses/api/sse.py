@@ -40,6 +40,11 @@ a response) wake the body's task instead, which then writes all that came
 meanwhile in one chunk: one write per event would cost more than the wake-up.
 """
 
+_TIMED_WAKE_UPS = 4
+"""A body the producer writes keeps itself alive by deadlines on its waits until it
+has been woken this many times with events to write; then a task does (see
+`SSEBody._write_all`): a wait under a deadline costs a cancel scope each time."""
+
 _COUNT_BATCH = 64
 """Events `SSEBody._take` wrote are counted in the metrics this many at a time (the
 rest when the stream ends): a counter's lock costs about as much as the write."""
@@ -100,25 +105,32 @@ class SSEBody:
         trip through Quart's body loop; on HTTP/1.1, not through hypercorn's
         stream and h11 either (`response_chunked_body`). Following a log in this
         process, an HTTP/1.1 body may even be written by the producer (`_take`):
-        events the socket takes at once cost no wake-up of this task, which then
-        wakes seldom, and its waits carry the keep-alive's deadline. Otherwise
-        every event may wake it, and a second task writes the keep-alives (no
-        cancel scope per wake-up).
+        events the socket takes at once cost no wake-up of this task, whose waits
+        then carry the keep-alive's deadline. A body woken `_TIMED_WAKE_UPS` times
+        with events to write (other readers, a fast producer) hands its
+        keep-alives to a second task instead, as any other body does: no cancel
+        scope per wake-up.
         """
         self._last_write = trio.current_time()
-        if self._direct is not None:
-            await self._write_chunks(write, timed=True)
+        if self._direct is not None and await self._write_chunks(
+            write, timed_wake_ups=_TIMED_WAKE_UPS
+        ):
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_alive, write)
-            await self._write_chunks(write, timed=False)
+            await self._write_chunks(write)
             nursery.cancel_scope.cancel()
 
-    async def _write_chunks(self, write: RawWrite, *, timed: bool) -> None:
-        """Write chunks until the stream ends; ``timed``: keep-alives too (`_keep_alive_due`)."""
+    async def _write_chunks(self, write: RawWrite, *, timed_wake_ups: int = 0) -> bool:
+        """Write chunks until the stream ends; returns whether it did.
+
+        With ``timed_wake_ups``, each wait carries the keep-alive's deadline
+        (`_keep_alive_due`), until this task has been woken that many times with
+        events to write: then it returns False, the stream still going.
+        """
         turns = 0
         while not self._finished:
-            if timed:
+            if timed_wake_ups:
                 with trio.move_on_at(self._last_write + self._keepalive_s) as waiting:
                     chunk = await self._next_chunk()
                 if waiting.cancelled_caught:
@@ -136,11 +148,16 @@ class SSEBody:
                 self._count_sent()
             await write(chunk)
             self._last_write = trio.current_time()
+            if timed_wake_ups:
+                timed_wake_ups -= 1
+                if not timed_wake_ups and not self._finished:
+                    return False
             turns += 1
             if turns % _CHUNKS_PER_CHECKPOINT == 0:
                 # Neither a subscription with frames ready nor a write the
                 # socket takes at once yields: let the other tasks run.
                 await trio.lowlevel.checkpoint()
+        return True
 
     async def _keep_alive_due(self, write: RawWrite) -> None:
         """A wait for frames reached the keep-alive's deadline: write one if nothing
