@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import trio
 import trio.testing
 
@@ -114,14 +116,15 @@ def _unchunk(wire: bytes) -> bytes:
     return bytes(body)
 
 
-async def test_a_half_taken_direct_write_is_finished_before_anything_else(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Events written from the producer's task; one of them the socket takes only in
-    part: the body's task writes the rest before the next event and before the end."""
+def _served_directly(
+    *, keepalive_s: float
+) -> tuple[_ThrottledConnection, EventLog, Callable[[], Awaitable[None]]]:
+    """A body following a log as an HTTP/1.1 response would (its chunks written to
+    the connection, events maybe by the producer): the connection, the log, and
+    the task that serves the body."""
     connection = _ThrottledConnection()
     log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=keepalive_s)
 
     async def send(message: object) -> None:
         raise AssertionError("chunks go through the chunked body, not ASGI")
@@ -132,6 +135,15 @@ async def test_a_half_taken_direct_write_is_finished_before_anything_else(
         async for _ in body:
             raise AssertionError("the body writes its chunks itself")
 
+    return connection, log, serve
+
+
+async def test_a_half_taken_direct_write_is_finished_before_anything_else(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Events written from the producer's task; one of them the socket takes only in
+    part: the body's task writes the rest before the next event and before the end."""
+    connection, log, serve = _served_directly(keepalive_s=1000)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve)
         await trio.testing.wait_all_tasks_blocked()
@@ -153,19 +165,7 @@ async def test_a_direct_stream_gets_keepalives_only_when_quiet(
 ) -> None:
     """Written by the producer, a stream's writes count as activity; once it goes
     quiet, the body's task writes a keep-alive every ``keepalive_s``."""
-    connection = _ThrottledConnection()
-    log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(LogSubscription(log, -1), keepalive_s=15)
-
-    async def send(message: object) -> None:
-        raise AssertionError("chunks go through the chunked body, not ASGI")
-
-    async def serve() -> None:
-        response_send.set(send)
-        response_chunked_body.set(ChunkedBody(connection))
-        async for _ in body:
-            raise AssertionError("the body writes its chunks itself")
-
+    connection, log, serve = _served_directly(keepalive_s=15)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve)
         await trio.testing.wait_all_tasks_blocked()
@@ -212,19 +212,7 @@ async def test_a_direct_stream_woken_often_still_gets_keepalives(
 ) -> None:
     """Events closer than the producer writes them wake the body's task, which then
     leaves the keep-alives to a task of their own: they still come when quiet."""
-    connection = _ThrottledConnection()
-    log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(LogSubscription(log, -1), keepalive_s=15)
-
-    async def send(message: object) -> None:
-        raise AssertionError("chunks go through the chunked body, not ASGI")
-
-    async def serve() -> None:
-        response_send.set(send)
-        response_chunked_body.set(ChunkedBody(connection))
-        async for _ in body:
-            raise AssertionError("the body writes its chunks itself")
-
+    connection, log, serve = _served_directly(keepalive_s=15)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve)
         await trio.testing.wait_all_tasks_blocked()
