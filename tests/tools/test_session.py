@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+from typing import Any
+
 import pytest
 import trio
 
 from tests.tools.servers import RunningMcp, stdio_address
-from trio_responses.tools.session import McpSession, ToolError
+from trio_responses.tools.session import McpSession, ToolError, Transport
 from trio_responses.tools.transport import connect_to
 
 
@@ -149,3 +152,46 @@ async def test_bundled_python_server_over_http(nursery: trio.Nursery) -> None:
     finally:
         process.kill()
         await process.wait()
+
+
+class _FailsWhenCancelled:
+    """A transport with a request in flight that fails when its task is cancelled, as
+    a streamable-HTTP client's does when the server goes away during a shutdown: the
+    cancellation and the failure come out together, in one exception group."""
+
+    def __init__(self, inner: Transport) -> None:
+        self._inner = inner
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        async with AsyncExitStack() as stack:
+            # The request's nursery outside the streams, as in the HTTP client.
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            nursery.start_soon(self._request_in_flight)
+            streams = await stack.enter_async_context(self._inner)
+            self._stack = stack.pop_all()
+        return streams
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        return await self._stack.__aexit__(*exc)
+
+    @staticmethod
+    async def _request_in_flight() -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            raise OSError("all attempts to connect to the MCP server failed") from None
+
+
+async def test_a_transport_failing_as_its_owner_is_cancelled_stays_in_the_session(
+    mcp_echo: RunningMcp,
+) -> None:
+    session = McpSession("test", lambda: _FailsWhenCancelled(connect_to(mcp_echo.url)()))
+    with trio.CancelScope() as owner:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run)
+            await session.list_tools()
+            owner.cancel()  # the owner goes (a shutdown) while the transport fails
+    assert owner.cancelled_caught  # nothing but the cancellation left the session
+    assert session.state == "failed"
+    assert session.error is not None and "all attempts to connect" in session.error

@@ -140,8 +140,10 @@ class McpSession:
                     f"Could not connect to the MCP server {self.label!r} within "
                     f"{self._connect_timeout_s:g} s."
                 )
-        except Exception as error:  # anyio may wrap transport errors in groups
-            self._fail(_describe(error))
+        except* Exception as failures:
+            # anyio wraps transport errors in groups, and one may fail as the owner is
+            # cancelled: the errors are this session's, the cancellation goes on.
+            self._fail(_describe(failures))
         finally:
             if self._counted and self._open_sessions is not None:
                 self._counted = False
