@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 import trio
+import trio.testing
 from openai import AsyncOpenAI
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -35,6 +36,20 @@ class Server:
     @property
     def base_url(self) -> str:
         return self.url + "/v1"
+
+
+async def assert_nothing_left(server: Server) -> None:
+    """No job, job task, subscriber or engine request is left once the server has
+    settled: a job goes on for a few steps after its terminal event (its final
+    record), so this waits for the jobs to end first (a leak times out)."""
+    with trio.fail_after(10):
+        await server.service.wait_idle()
+        await trio.testing.wait_all_tasks_blocked()
+    stats = server.service.statistics()
+    assert stats.running_jobs == 0
+    assert stats.job_tasks == 0
+    assert stats.subscribers == 0
+    assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
 
 
 async def run_server(

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.support import MODEL, JobSpy, Server, parse_sse
+from tests.support import MODEL, JobSpy, Server, assert_nothing_left, parse_sse
 from trio_responses import Config
 from trio_responses._serve import serve
 
@@ -43,14 +43,6 @@ async def _read_until(stream: trio.SocketStream, marker: bytes, buffer: bytearra
         buffer.extend(chunk)
 
 
-def _assert_nothing_left(server: Server) -> None:
-    stats = server.service.statistics()
-    assert stats.running_jobs == 0
-    assert stats.job_tasks == 0
-    assert stats.subscribers == 0
-    assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
-
-
 async def test_client_disconnect_mid_stream_cancels_the_job(server: Server) -> None:
     stream = await _open_socket(server)
     await stream.send_all(_post({"model": MODEL, "input": "tokens:5000 delay:2", "stream": True}))
@@ -70,7 +62,7 @@ async def test_client_disconnect_mid_stream_cancels_the_job(server: Server) -> N
     with trio.fail_after(2):
         await job.wait_closed()
     assert job.status == "cancelled"
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
     stored = await server.client.responses.retrieve(response_id)
     assert stored.status == "cancelled"
 
@@ -87,7 +79,7 @@ async def test_client_disconnect_while_waiting_for_json_cancels_the_job(
     with trio.fail_after(2):
         await job.wait_closed()
     assert job.status == "cancelled"
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -212,7 +204,7 @@ async def test_streams_are_framed_for_the_client_http_version(server: Server) ->
     assert events[-1].data == "[DONE]"
     assert len([e for e in events if e.event == "response.output_text.delta"]) == 40
     await socket.aclose()
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
 
 
 async def test_paced_stream_and_head_on_one_connection(server: Server) -> None:
@@ -250,7 +242,7 @@ async def test_paced_stream_and_head_on_one_connection(server: Server) -> None:
     head, received = await _exchange(socket, client, again)
     assert head.status_code == 200 and b"You said: after head" in received
     await socket.aclose()
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
 
 
 async def test_direct_writes_to_a_slow_reader_keep_the_stream_whole(server: Server) -> None:
@@ -283,7 +275,7 @@ async def test_direct_writes_to_a_slow_reader_keep_the_stream_whole(server: Serv
     assert numbers == list(range(len(numbers)))
     assert len([e for e in events if e.event == "response.output_text.delta"]) == 1500
     await socket.aclose()
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
 
 
 def _connection_tasks() -> int:
@@ -363,4 +355,4 @@ async def test_connections_that_go_mid_stream_leave_no_task(server: Server) -> N
     with trio.fail_after(10):
         await trio.testing.wait_all_tasks_blocked(0.1)  # every task that could end has
     assert _connection_tasks() == before
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from tests.processes import ServeCommand
-from tests.support import MODEL, JobSpy, RawSSEClient, Server
+from tests.support import MODEL, JobSpy, RawSSEClient, Server, assert_nothing_left
 
 TINY_BUFFER = 4096
 WRITE_TIMEOUT_S = 1.0
@@ -51,14 +51,6 @@ async def _read_rest(client: RawSSEClient) -> bytes:
     return bytes(received)
 
 
-def _assert_nothing_left(server: Server) -> None:
-    stats = server.service.statistics()
-    assert stats.running_jobs == 0
-    assert stats.job_tasks == 0
-    assert stats.subscribers == 0
-    assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
-
-
 async def test_stalled_reader_is_disconnected_and_its_response_cancelled(
     start_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,7 +64,7 @@ async def test_stalled_reader_is_disconnected_and_its_response_cancelled(
         await job.wait_closed()
     assert trio.current_time() - started >= WRITE_TIMEOUT_S  # not before the timeout
     assert job.status == "cancelled"
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
 
     rest = await _read_rest(client)
     assert b"data: [DONE]" not in rest  # cut off, not finished
@@ -135,7 +127,7 @@ async def test_stalled_readers_do_not_pin_memory(
     for client in stalled:
         assert b"data: [DONE]" not in await _read_rest(client)
         await client.aclose()
-    _assert_nothing_left(server)
+    await assert_nothing_left(server)
 
 
 async def test_shutdown_does_not_wait_for_a_stalled_reader(nursery: trio.Nursery) -> None:
