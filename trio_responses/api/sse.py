@@ -138,10 +138,8 @@ class SSEBody:
                     continue
             else:
                 chunk = await self._next_chunk()
-            if self._pending and self._direct is not None:
-                # The rest of a chunk `_take` began goes first (it woke us for it).
-                pending, self._pending = self._pending, b""
-                await self._direct.write_framed(pending)
+            # The rest of a chunk `_take` began goes first (it woke us for it).
+            await self._write_pending()
             if not chunk:
                 continue
             if self._finished:  # the last words: every event before them is counted
@@ -162,18 +160,23 @@ class SSEBody:
     async def _keep_alive_due(self, write: RawWrite) -> None:
         """A wait for frames reached the keep-alive's deadline: write one if nothing
         was written since (the producer may have), else what `_take` left owing."""
-        if self._pending and self._direct is not None:
-            pending, self._pending = self._pending, b""
-            await self._direct.write_framed(pending)
-        elif not self._finished and trio.current_time() >= self._last_write + self._keepalive_s:
+        if not await self._write_pending():
+            if self._finished or trio.current_time() < self._last_write + self._keepalive_s:
+                return
             self._writing = True
             try:
                 await write(KEEPALIVE)
             finally:
                 self._writing = False
-        else:
-            return
         self._last_write = trio.current_time()
+
+    async def _write_pending(self) -> bool:
+        """Write the rest of a chunk `_take` could only partly write; whether there was one."""
+        if not self._pending or self._direct is None:
+            return False
+        pending, self._pending = self._pending, b""
+        await self._direct.write_framed(pending)
+        return True
 
     async def _keep_alive(self, write: RawWrite) -> None:
         """Write a keep-alive comment whenever nothing was written for ``keepalive_s``.
