@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -72,6 +73,9 @@ def test_bad_values_are_reported() -> None:
 async def test_serve_command_answers_and_stops_on_sigterm(nursery: trio.Nursery) -> None:
     command = await ServeCommand.start(nursery)
     assert b"SCRIPTED engine" in command.log
+    # What start-up built is out of the collector's way (the modules alone are more).
+    frozen = re.search(rb"start-up heap: (\d+) objects frozen", command.log)
+    assert frozen is not None and int(frozen.group(1)) > 10_000, command.log.decode()
     async with httpx2.AsyncClient(base_url=command.url) as http:
         reply = await http.post("/v1/responses", json={"model": "gpt-oss-scripted", "input": "cli"})
     assert reply.json()["output"][1]["content"][0]["text"] == "You said: cli"
