@@ -3,11 +3,12 @@
     python bench/_paced_server.py HOST PORT TIMES_PATH [serve flags as Config fields...]
 
 Runs the real server (`open_responses_service` + `serve_service`, the scripted
-engine) with one addition: a thin wrapper around the engine notes the
-``time.monotonic()`` of every token it hands to the server (one list append per
-token, well under a microsecond). On SIGTERM it stops and writes, to
-TIMES_PATH, a JSON object: response id -> the emission time of each token.
-``time.monotonic`` is the system-wide CLOCK_MONOTONIC, so the client process can
+engine, the start-up heap frozen as ``trio-responses serve`` does) with one
+addition: a thin wrapper around the engine notes the ``time.monotonic()`` of
+every token it hands to the server (one list append per token, well under a
+microsecond). On SIGTERM it stops and writes, to TIMES_PATH, a JSON object:
+response id -> the emission time of each token. ``time.monotonic`` is the
+system-wide CLOCK_MONOTONIC, so the client process can
 compare its arrival times with these.
 """
 
@@ -25,6 +26,7 @@ import trio
 
 import trio_responses._service as service_module
 from trio_responses import Config, open_responses_service, serve_service
+from trio_responses.cli import freeze_startup_heap
 from trio_responses.engine.base import GenerationRequest, GenerationResult, TokenSink
 
 TIMES: dict[str, list[float]] = {}
@@ -63,6 +65,7 @@ async def main(host: str, port: int, times_path: str, fields: dict[str, Any]) ->
     service_module.open_engine = _timed_engine  # type: ignore[assignment]
     config = Config(host=host, port=port, log_level="warning", **fields)
     async with open_responses_service(config) as service, trio.open_nursery() as nursery:
+        freeze_startup_heap()  # as `trio-responses serve` does
         with trio.open_signal_receiver(signal.SIGTERM) as signals:
             await nursery.start(serve_service, service)
             async for _ in signals:
