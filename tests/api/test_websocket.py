@@ -20,7 +20,14 @@ import wsproto
 import wsproto.events
 from openai.resources.responses.responses import AsyncResponsesConnection
 
-from tests.support import MODEL, TERMINAL_TYPES, Server, check_stream, read_sse
+from tests.support import (
+    MODEL,
+    TERMINAL_TYPES,
+    Server,
+    assert_nothing_left,
+    check_stream,
+    read_sse,
+)
 from trio_responses import ResponseHandle
 from trio_responses.api.websocket import ResponsesSocket
 
@@ -85,14 +92,6 @@ def output_text(response: dict[str, Any]) -> str:
         if item["type"] == "message"
         for part in item["content"]
     )
-
-
-def assert_nothing_left(server: Server) -> None:
-    stats = server.service.statistics()
-    assert stats.running_jobs == 0
-    assert stats.job_tasks == 0
-    assert stats.subscribers == 0
-    assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
 
 
 async def test_a_response_streams_the_same_events_as_sse(server: Server) -> None:
@@ -455,7 +454,7 @@ async def test_closing_the_connection_cancels_the_response(server: Server) -> No
     with trio.fail_after(10):
         await handle.wait_closed()
     assert handle.status == "cancelled"
-    assert_nothing_left(server)
+    await assert_nothing_left(server)
 
 
 WRITE_TIMEOUT_S = 1.0
@@ -501,5 +500,5 @@ async def test_a_client_that_stops_reading_is_disconnected_and_its_response_canc
     with trio.fail_after(WRITE_TIMEOUT_S + 10):
         await handle.wait_closed()
     assert handle.status == "cancelled"
-    assert_nothing_left(server)
+    await assert_nothing_left(server)
     await stream.aclose()

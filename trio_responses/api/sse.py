@@ -163,11 +163,7 @@ class SSEBody:
         if not await self._write_pending():
             if self._finished or trio.current_time() < self._last_write + self._keepalive_s:
                 return
-            self._writing = True
-            try:
-                await write(KEEPALIVE)
-            finally:
-                self._writing = False
+            await self._write_keep_alive(write)
         self._last_write = trio.current_time()
 
     async def _write_pending(self) -> bool:
@@ -195,12 +191,16 @@ class SSEBody:
                 continue
             if self._finished:
                 return
-            self._writing = True
-            try:
-                await write(KEEPALIVE)
-            finally:
-                self._writing = False
+            await self._write_keep_alive(write)
             self._last_write = trio.current_time()
+
+    async def _write_keep_alive(self, write: RawWrite) -> None:
+        """One keep-alive comment; the producer writes nothing meanwhile (`_take`)."""
+        self._writing = True
+        try:
+            await write(KEEPALIVE)
+        finally:
+            self._writing = False
 
     def _take(self, frames: list[bytes]) -> tuple[int, bool]:
         """Write ``frames`` now, from the producer's task, if the socket takes them.
