@@ -10,7 +10,9 @@ download. Three servers start once per session, side by side:
   through a logits processor) and ``--code-interpreter``; it loads a tokenizer
   (built from the harmony vocabulary by ``shared/tiny-gpt-oss/make_model_dir.py``),
   which vLLM's structured outputs need;
-* ``random``: the same model with nothing forcing it: random tokens;
+* ``random``: the same model with nothing forcing it: random tokens; with vLLM's
+  stats logging on, so vLLM's own asyncio tasks read the engine core's outputs
+  (on the others, `OutputReader` does);
 * ``doomed``: scripted, for the shutdown test, which ends it;
 * ``fragile``: scripted, for the engine-death test, which kills its engine.
 """
@@ -178,7 +180,7 @@ def vllm_servers(
             "5",
             tokenizer=True,
         ),
-        "random": _start("random", tiny_model, logs),
+        "random": _start("random", tiny_model, logs, "--vllm-arg", "disable_log_stats=false"),
         "doomed": _start("doomed", tiny_model, logs, "--engine-script"),
         "fragile": _start("fragile", tiny_model, logs, "--engine-script"),
     }

@@ -128,6 +128,15 @@ async def test_max_output_tokens_makes_it_incomplete(scripted: VllmServer) -> No
     await client.close()
 
 
+def test_who_reads_the_engine_outputs(
+    scripted: VllmServer, random_model: VllmServer, fragile: VllmServer
+) -> None:
+    # Our Trio task where it covers everything; vLLM's own tasks where stats are logged.
+    for server in (scripted, fragile):
+        assert "vLLM's outputs are read by a Trio task" in server.log()
+    assert "vLLM's own asyncio tasks read its outputs (stats logging is on)" in (random_model.log())
+
+
 async def test_random_tokens_end_cleanly(random_model: VllmServer) -> None:
     statuses: list[str] = []
     limiter = trio.CapacityLimiter(8)

