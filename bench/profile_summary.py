@@ -1,4 +1,5 @@
-"""Where the CPU goes, from py-spy's collapsed stacks (``py-spy record --format raw``).
+"""Where the CPU goes, from collapsed stacks (``py-spy record --format raw``, or
+`bench/sampler`).
 
     python bench/profile_summary.py RAW_FILE [TOP]
 
@@ -25,7 +26,8 @@ CATEGORIES: list[tuple[str, str]] = [
     ("metrics / logging", r"metrics\.py|_logging\.py|logging/"),
     ("quart/ASGI response send", r"quart/"),
     ("hypercorn HTTP/1.1 + h11", r"hypercorn/|h11/"),
-    ("vLLM's AsyncLLM (output handler, ZMQ)", r"vllm/|zmq/|msgspec"),
+    ("our vLLM engine (output reader, dispatch)", r"engine/vllm(_outputs)?\.py"),
+    ("vLLM's AsyncLLM (output processor, ZMQ)", r"site-packages/vllm/|zmq/|msgspec"),
     ("trio-asyncio / asyncio loop", r"trio_asyncio/|asyncio/"),
     ("trio I/O + scheduler", r"trio/"),
 ]

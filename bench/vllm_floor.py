@@ -11,8 +11,9 @@ core is a child process and does not count) per output token:
 * ``asyncllm``: vLLM's ``AsyncLLM`` on a plain asyncio loop, N concurrent
   ``generate`` iterations that only count tokens: the floor for any server that
   runs ``AsyncLLM`` in its own process (vLLM's own server included);
-* ``bridge``: our `VllmEngine` (``AsyncLLM`` on the trio-asyncio loop, the pumps
-  and the dispatcher) with a sink that only counts: what the Trio side adds.
+* ``bridge``: our `VllmEngine` (``AsyncLLM`` on the trio-asyncio loop, its outputs
+  read by our Trio task, `engine/vllm_outputs.py`) with a sink that only counts:
+  what the Trio side adds, or saves.
 
 Set against `vllm_compare.py`'s figures, the rest is the serving path (HTTP,
 validation, rendering, the job, events, SSE).
