@@ -495,13 +495,13 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
             scripted=config.engine_script,
             cleanup_timeout_s=config.cleanup_timeout_s,
         )
-        reader = claim_outputs(llm, loop)
-        logger.info("vLLM is ready")
         async with trio.open_nursery() as nursery:
-            await nursery.start(engine.run_dispatcher)
-            if reader is not None:
-                await nursery.start(reader.run, engine.run_step)
             try:
+                reader = claim_outputs(llm, loop)
+                await nursery.start(engine.run_dispatcher)
+                if reader is not None:
+                    await nursery.start(reader.run, engine.run_step)
+                logger.info("vLLM is ready")
                 yield engine
             finally:
                 with trio.CancelScope(shield=True):

@@ -19,9 +19,13 @@ closed socket fail every request with ``EngineDeadError``, the output processor'
 stop-string aborts go to the engine core, long batches are processed in chunks
 of ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`` with a checkpoint between them.
 
-It is used only where that is all there is to do (`claim_outputs`): one engine
-core client (no data parallelism), no stats logging, no fault tolerance, no
-multi-modal cache. Elsewhere vLLM's own tasks read the outputs, as before.
+It is used only where that is all there is to do (`claim_outputs`): vLLM 0.32,
+one engine core client (no data parallelism), no stats logging, no fault
+tolerance, no multi-modal cache. Elsewhere vLLM's own tasks read the outputs, as
+before, and the log says why. Any failure of the reader (the socket's, the
+decoder's, the processor's) fails every running request and leaves the engine
+unhealthy, as a failure of vLLM's own tasks does; it never escapes into the
+service.
 """
 
 from __future__ import annotations
@@ -35,11 +39,12 @@ from typing import Any, Protocol, TypeVar, final
 
 import trio
 import trio_asyncio
+import vllm
 import zmq
 import zmq.asyncio
 from vllm import envs
+from vllm.v1.engine import core_client
 from vllm.v1.engine.async_llm import AsyncLLM
-from vllm.v1.engine.core_client import AsyncMPClient, _process_utility_output
 from vllm.v1.engine.exceptions import EngineDeadError
 
 logger = logging.getLogger("trio_responses.engine.vllm")
@@ -100,9 +105,7 @@ class SocketMessages:
 class OutputReader:
     """Reads one ``AsyncLLM``'s engine-core outputs on Trio. Made by `claim_outputs`."""
 
-    def __init__(
-        self, llm: AsyncLLM, client: AsyncMPClient, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def __init__(self, llm: AsyncLLM, client: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._llm = llm
         self._client = client
         self._messages = SocketMessages(client.resources.output_socket)
@@ -121,15 +124,17 @@ class OutputReader:
             while True:
                 try:
                     frames = await self._messages.receive()
-                except trio.ClosedResourceError:  # vLLM shut down (or found the engine dead)
+                    await self._handle(frames, run_step)
+                except trio.ClosedResourceError:  # vLLM shut down, or found the engine dead
                     self._fail(run_step, EngineDeadError())
                     return
-                try:
-                    await self._handle(frames, run_step)
-                except Exception as error:  # the engine died, or vLLM's processing failed
+                except (Exception, asyncio.CancelledError) as error:
+                    # The engine died, the socket failed, or vLLM's processing did: as
+                    # vLLM's own tasks would, every request fails and the engine is done.
                     if not isinstance(error, EngineDeadError):
-                        logger.exception("processing vLLM's outputs failed")
-                    self._fail(run_step, error)
+                        logger.exception("reading vLLM's outputs failed")
+                    failure = error if isinstance(error, Exception) else EngineDeadError()
+                    self._fail(run_step, failure)
                     return
                 if self._messages.pending:  # more steps queued: let the rest of Trio run
                     await trio.lowlevel.checkpoint()
@@ -142,7 +147,7 @@ class OutputReader:
         client.resources.validate_alive(frames)
         outputs = client.decoder.decode(frames)
         if outputs.utility_output:
-            _process_utility_output(outputs.utility_output, client.utility_results)
+            core_client._process_utility_output(outputs.utility_output, client.utility_results)
             return
         processor = self._llm.output_processor
         everything = outputs.outputs
@@ -174,22 +179,31 @@ def claim_outputs(llm: AsyncLLM, loop: asyncio.AbstractEventLoop) -> OutputReade
     Call before the first request (vLLM starts its tasks then). ``None``, and
     vLLM's own tasks read the outputs, for configurations it does not cover.
     """
-    reason = _unsupported(llm)
+    try:
+        reason = _unsupported(llm)
+    except AttributeError as error:  # vLLM's internals are not what this follows
+        reason = f"vLLM's internals differ: {error}"
     if reason is not None:
         logger.info("vLLM's own asyncio tasks read its outputs (%s)", reason)
         return None
-    client = llm.engine_core
-    if not isinstance(client, AsyncMPClient):  # _unsupported checked; for the type checker
-        return None
     logger.info("vLLM's outputs are read by a Trio task")
-    return OutputReader(llm, client, loop)
+    return OutputReader(llm, llm.engine_core, loop)
+
+
+FOLLOWS = "0.32."
+"""The vLLM release whose output tasks `OutputReader` does the work of: other
+releases keep their own tasks until the reader is checked against them."""
 
 
 def _unsupported(llm: AsyncLLM) -> str | None:
     """Why `OutputReader` cannot replace vLLM's output tasks for ``llm``; ``None`` if it can."""
+    if not vllm.__version__.startswith(FOLLOWS):
+        return f"vLLM {vllm.__version__}; the reader follows {FOLLOWS}x"
     client: Any = llm.engine_core
-    if type(client) is not AsyncMPClient:
+    if type(client) is not core_client.AsyncMPClient:
         return f"engine core client {type(client).__name__}"
+    if not callable(getattr(core_client, "_process_utility_output", None)):
+        return "no _process_utility_output in vLLM"
     if llm.logger_manager is not None:
         return "stats logging is on"
     if llm.renderer.mm_processor_cache is not None:
