@@ -134,7 +134,8 @@ def test_who_reads_the_engine_outputs(
     # Our Trio task where it covers everything; vLLM's own tasks where stats are logged.
     for server in (scripted, fragile):
         assert "vLLM's outputs are read by a Trio task" in server.log()
-    assert "vLLM's own asyncio tasks read its outputs (stats logging is on)" in (random_model.log())
+    fallback = "vLLM's own asyncio tasks read its outputs (stats logging is on)"
+    assert fallback in random_model.log()
 
 
 async def test_random_tokens_end_cleanly(random_model: VllmServer) -> None:

@@ -70,7 +70,6 @@ class SocketMessages:
     """
 
     def __init__(self, socket: zmq.asyncio.Socket) -> None:
-        self._socket = socket
         self._sync = zmq.Socket.shadow(socket.underlying)
         self._fd: int = self._sync.FD
         self._closed = False
@@ -105,9 +104,10 @@ class SocketMessages:
 class OutputReader:
     """Reads one ``AsyncLLM``'s engine-core outputs on Trio. Made by `claim_outputs`."""
 
-    def __init__(self, llm: AsyncLLM, client: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, llm: AsyncLLM, loop: asyncio.AbstractEventLoop) -> None:
         self._llm = llm
-        self._client = client
+        self._client: Any = llm.engine_core
+        client = self._client
         self._messages = SocketMessages(client.resources.output_socket)
         # What vLLM checks before starting its own tasks: with these set it
         # does not, and ``AsyncLLM.errored`` follows this reader (``done()``).
@@ -187,7 +187,7 @@ def claim_outputs(llm: AsyncLLM, loop: asyncio.AbstractEventLoop) -> OutputReade
         logger.info("vLLM's own asyncio tasks read its outputs (%s)", reason)
         return None
     logger.info("vLLM's outputs are read by a Trio task")
-    return OutputReader(llm, llm.engine_core, loop)
+    return OutputReader(llm, loop)
 
 
 FOLLOWS = "0.32."
