@@ -182,6 +182,9 @@ class Config:
     plus its waiting allowance; beyond, 429 ``rate_limit_exceeded`` for that key."""
     max_body_bytes: int = 16 * 1024 * 1024
     """Largest accepted request body; larger ones get 413."""
+    body_timeout_s: float = 60.0
+    """Seconds a request body has to arrive once its route reads it; a client still
+    sending after that gets 408 ``request_timeout``."""
     max_input_items: int = 2_000
     """Most input items in one request (after ``previous_response_id`` expansion)."""
     max_tools: int = 128
@@ -297,7 +300,13 @@ class Config:
             raise ValueError(
                 f"python_sandbox must be 'auto', 'bwrap' or 'none', not {self.python_sandbox!r}"
             )
-        for name in ("tool_timeout_s", "python_wall_s", "job_lease_s", "sse_write_timeout_s"):
+        for name in (
+            "tool_timeout_s",
+            "python_wall_s",
+            "job_lease_s",
+            "sse_write_timeout_s",
+            "body_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for spec in self.tool_servers:

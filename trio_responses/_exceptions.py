@@ -4,6 +4,8 @@ Each error carries the hints the wire format needs (status, type, code, param)::
 
     ResponsesError                      status_hint  type                    code
     ├── InvalidRequestError             400          invalid_request_error   invalid_request *
+    │   ├── MethodNotAllowedError       405          invalid_request_error   method_not_allowed
+    │   └── RequestTimeoutError         408          invalid_request_error   request_timeout
     ├── AuthenticationError             401          authentication_error    invalid_api_key
     ├── NotFoundError                   404          invalid_request_error   not_found
     │   └── ModelNotFoundError          404          invalid_request_error   model_not_found
@@ -85,6 +87,20 @@ class RequestTooLargeError(ResponsesError):
     status_hint = 413
     error_type = "invalid_request_error"
     default_code = "request_too_large"
+
+
+class MethodNotAllowedError(InvalidRequestError):
+    """The route exists but does not take this HTTP method."""
+
+    status_hint = 405
+    default_code = "method_not_allowed"
+
+
+class RequestTimeoutError(InvalidRequestError):
+    """The client did not send its whole request body in time."""
+
+    status_hint = 408
+    default_code = "request_timeout"
 
 
 class ServerBusyError(ResponsesError):

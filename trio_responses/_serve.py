@@ -56,8 +56,8 @@ from hypercorn.utils import repr_socket_addr, wrap_app
 
 from ._config import Config
 from ._service import ResponsesService, open_responses_service
-from .api.app import create_app
 from .api.asgi import connection_raw, shield_final_send
+from .api.create_route import create_asgi_app
 
 logger = logging.getLogger("trio_responses.serve")
 
@@ -450,7 +450,7 @@ async def serve_service(
     ``sse_write_timeout_s`` to be accepted; a client that takes longer is
     disconnected (its foreground response is cancelled, as on any disconnect).
     """
-    app = shield_final_send(create_app(service))
+    app = shield_final_send(create_asgi_app(service))
     config = service.config
     hconfig = hypercorn_config(config)
     deadlines = WriteDeadlines(config.sse_write_timeout_s)

@@ -145,6 +145,12 @@ _SERVE_OPTIONS = (
     ),
     _Option("--max-model-len", "max_model_len", "context window in tokens", int),
     _Option("--max-body-bytes", "max_body_bytes", "largest request body (413 above)", int),
+    _Option(
+        "--body-timeout",
+        "body_timeout_s",
+        "seconds a request body has to arrive (408 after)",
+        float,
+    ),
     _Option("--max-input-items", "max_input_items", "most input items per request", int),
     _Option("--max-tools", "max_tools", "most tools per request", int),
     _Option(

@@ -1,8 +1,10 @@
 """The HTTP API: quart-trio routes over a `ResponsesService`.
 
-This is the only place errors become OpenAI JSON (``{"error": {message, type,
-param, code}}``). Handlers start nothing long-lived: they create jobs through
-the service and subscribe to their event logs.
+Every error becomes OpenAI JSON (``{"error": {message, type, param, code}}``) here,
+in `wire_error` and `error_body` (`create_route`, which serves ``POST
+/v1/responses`` ahead of this app, and WebSocket mode use them too). Handlers start
+nothing long-lived: they create jobs through the service and subscribe to their
+event logs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from werkzeug.exceptions import HTTPException
 from .._exceptions import (
     AuthenticationError,
     InvalidRequestError,
+    MethodNotAllowedError,
     ModelNotFoundError,
     NotFoundError,
+    RequestTimeoutError,
     RequestTooLargeError,
     ResponsesError,
 )
@@ -55,8 +59,6 @@ nothing, and never reaches a store (where it could collide with other keys)."""
 
 _HTTP_ERROR_CODES = {
     404: "not_found",
-    405: "method_not_allowed",
-    408: "request_timeout",
     415: "unsupported_media_type",
     431: "request_header_fields_too_large",
 }
@@ -84,17 +86,63 @@ _INTERNAL_ERROR: dict[str, str | None] = {
 }
 
 
-def wire_error(error: Exception) -> tuple[dict[str, str | None], int]:
+def wire_error(error: Exception, *, where: str | None = None) -> tuple[dict[str, str | None], int]:
     """The OpenAI ``error`` object and HTTP status of ``error``, for every transport
-    (JSON bodies here, ``error`` events in WebSocket mode).
+    (JSON bodies here and in `create_route`, ``error`` events in WebSocket mode).
 
-    An error that is not a `ResponsesError` is a bug: it is logged, and the client
-    gets a generic 500 without details.
+    An error that is not a `ResponsesError` is a bug: it is logged (with ``where``,
+    ``METHOD /path``, else the current Quart request's), and the client gets a
+    generic 500 without details.
     """
     if isinstance(error, ResponsesError):
         return error.to_error_object(), error.status_hint
-    logger.error("unhandled error on %s", _where(), exc_info=error)
+    logger.error("unhandled error on %s", where or _where(), exc_info=error)
     return dict(_INTERNAL_ERROR), 500
+
+
+def body_too_large(max_body_bytes: int) -> RequestTooLargeError:
+    """The error of a request body over ``--max-body-bytes``."""
+    return RequestTooLargeError(
+        f"The request body is larger than this server accepts ({max_body_bytes} bytes)."
+    )
+
+
+def body_too_slow(body_timeout_s: float) -> RequestTimeoutError:
+    """The error of a request body that did not arrive within ``--body-timeout``."""
+    return RequestTimeoutError(
+        f"The request body did not arrive within {body_timeout_s:g} seconds "
+        "(--body-timeout). Send the whole body at once."
+    )
+
+
+def method_not_allowed(method: str, path: str) -> MethodNotAllowedError:
+    """The error of a request whose method the route at ``path`` does not take."""
+    return MethodNotAllowedError(f"Method {method} is not allowed on {path}.")
+
+
+def error_body(error: dict[str, str | None]) -> bytes:
+    """The JSON body of an error response.
+
+    ASCII-escaped: a message quoting a client's string stays encodable whatever it holds.
+    """
+    return json.dumps({"error": error}, separators=(",", ":")).encode()
+
+
+def owner_for(header: str, keys: tuple[bytes, ...]) -> str:
+    """The owner tag of the API key in an ``Authorization`` header.
+
+    Raises:
+        AuthenticationError: no Bearer key, or not one of ``keys``.
+    """
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationError(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+        )
+    presented = token.strip().encode()
+    if not any(hmac.compare_digest(presented, key) for key in keys):
+        raise AuthenticationError("Incorrect API key provided.")
+    return owner_of(presented.decode())
 
 
 def _where() -> str:
@@ -105,9 +153,7 @@ def _where() -> str:
 
 
 def _error_json(error: dict[str, str | None], status: int) -> Response:
-    # ASCII-escaped: a message quoting a client's string stays encodable whatever it holds.
-    payload = json.dumps({"error": error}, separators=(",", ":"))
-    return Response(payload, status=status, mimetype="application/json")
+    return Response(error_body(error), status=status, mimetype="application/json")
 
 
 class _HTTPConnection(TrioASGIHTTPConnection):
@@ -127,15 +173,18 @@ class _HTTPConnection(TrioASGIHTTPConnection):
 
 
 def create_app(service: ResponsesService) -> QuartTrio:
-    """The quart-trio application serving ``service``."""
+    """The quart-trio application serving ``service``. Our server puts
+    `create_route.CreateRoute` in front of it (`create_route.create_asgi_app`)."""
     config = service.config
     app = QuartTrio("trio_responses")
     app.asgi_http_class = _HTTPConnection
     # Quart cuts any response (SSE included) after 60 s by default.
     app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = config.body_timeout_s
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     keys = tuple(key.encode() for key in config.api_keys)
     cors = CorsPolicy.of(config.cors_allow_origins)
+    from .create_route import create_answer  # it uses this module's helpers
 
     @app.before_request
     async def begin_request() -> Response | None:
@@ -166,29 +215,13 @@ def create_app(service: ResponsesService) -> QuartTrio:
         REQUEST_ID.set(g.request_id)
         g.owner = None
         if keys and websocket.path.startswith("/v1/"):
-            g.owner = owner_for(websocket.headers.get("Authorization", ""))
+            g.owner = owner_for(websocket.headers.get("Authorization", ""), keys)
 
     @app.before_request
     async def authenticate() -> None:
         g.owner = None
         if keys and request.path.startswith("/v1/"):
-            g.owner = owner_for(request.headers.get("Authorization", ""))
-
-    def owner_for(header: str) -> str:
-        """The owner tag of the API key in an ``Authorization`` header.
-
-        Raises:
-            AuthenticationError: no Bearer key, or not one of the server's keys.
-        """
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise AuthenticationError(
-                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
-            )
-        presented = token.strip().encode()
-        if not any(hmac.compare_digest(presented, key) for key in keys):
-            raise AuthenticationError("Incorrect API key provided.")
-        return owner_of(presented.decode())
+            g.owner = owner_for(request.headers.get("Authorization", ""), keys)
 
     @app.after_request
     async def finish_response(response: Response) -> Response:
@@ -241,17 +274,14 @@ def create_app(service: ResponsesService) -> QuartTrio:
     async def on_http_error(error: HTTPException) -> Response:
         status = error.code or 500
         if status == 413:
-            return error_response(
-                RequestTooLargeError(
-                    f"The request body is larger than this server accepts "
-                    f"({config.max_body_bytes} bytes)."
-                )
-            )
+            return error_response(body_too_large(config.max_body_bytes))
+        if status == 405:
+            method, _, path = _where().partition(" ")
+            return error_response(method_not_allowed(method, path))
+        if status == 408:
+            return error_response(body_too_slow(config.body_timeout_s))
         if status == 404:
             message = f"Unknown route: {_where()}."
-        elif status == 405:
-            method, _, path = _where().partition(" ")
-            message = f"Method {method} is not allowed on {path}."
         else:
             message = error.description or error.name
         server_side = status >= 500
@@ -319,26 +349,13 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.post("/v1/responses")
     async def create_response() -> Response:
+        # Our server answers this route ahead of Quart (`create_route.CreateRoute`);
+        # here it serves the app on its own, and gives OPTIONS its ``Allow``.
         body, size = await _read_json_sized()
-        handle = await service.create(body, owner=g.owner, size=size)
-        RESPONSE_ID.set(handle.id)  # this request's log line names its response
-        try:
-            if handle.stream:
-                # A foreground stream belongs to its client; background jobs go on.
-                return _sse(
-                    SSEBody(
-                        handle.subscribe(),
-                        keepalive_s=config.sse_keepalive_s,
-                        on_close=handle.abandon,
-                        metrics=metrics,
-                    )
-                )
-            if handle.background:
-                return json_response(handle.created)
-            return json_response(await handle.wait())
-        except BaseException:
-            handle.abandon()  # the client went away: stop generating
-            raise
+        answer = await create_answer(service, body, size=size, owner=g.owner)
+        if isinstance(answer, SSEBody):
+            return _sse(answer)
+        return json_response(answer)
 
     # A static path: werkzeug matches it before the ``<response_id>`` routes, whatever
     # the order they are registered in.

@@ -86,17 +86,25 @@ class SSEBody:
             raise StopAsyncIteration
         send = response_send.get()
         if send is not None:
-            body = response_chunked_body.get()
-            if body is None:
-                await self._write_all(_body_writer(send))
-            else:
-                if isinstance(self._subscription, LogSubscription):
-                    self._direct = body
-                await self._write_all(body.write)
+            await self.write_all(send)
             raise StopAsyncIteration
         with trio.move_on_after(self._keepalive_s):
             return await self._next_chunk()
         return KEEPALIVE
+
+    async def write_all(self, send: ASGISendCallable) -> None:
+        """Write the whole stream as the body of the response ``send`` has started.
+
+        On an HTTP/1.1 connection of our server (`response_chunked_body`), straight
+        to the socket; else as ASGI body messages. The caller ends the body.
+        """
+        body = response_chunked_body.get()
+        if body is None:
+            await self._write_all(_body_writer(send))
+        else:
+            if isinstance(self._subscription, LogSubscription):
+                self._direct = body
+            await self._write_all(body.write)
 
     async def _write_all(self, write: RawWrite) -> None:
         """Write the whole stream with ``write``, keep-alives included.

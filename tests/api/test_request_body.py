@@ -1,0 +1,192 @@
+"""Request bodies: their deadline, their size bound, a client leaving halfway, and the
+method a route takes, on ``POST /v1/responses`` (served ahead of Quart) and on the
+app's other routes alike."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+import h11
+import pytest
+import trio
+import trio.testing
+
+from tests.conftest import StartServer
+from tests.support import MODEL, Server, assert_nothing_left, parse_sse
+from trio_responses import Config
+from trio_responses._service import open_responses_service
+from trio_responses.api.app import create_app
+from trio_responses.metrics import PREFIX
+
+ROUTES = ["/v1/responses", "/v1/responses/input_tokens"]
+"""The create route, and a route of the Quart app that reads a JSON body."""
+
+
+async def _connect(server: Server) -> trio.SocketStream:
+    parts = urlsplit(server.url)
+    assert parts.hostname is not None and parts.port is not None
+    return await trio.open_tcp_stream(parts.hostname, parts.port)
+
+
+def _head(path: str, length: int, method: str = "POST") -> bytes:
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+async def _read_reply(stream: trio.SocketStream) -> tuple[h11.Response, bytes]:
+    """The reply's head and whole body (the server may close after it)."""
+    parser = h11.Connection(h11.CLIENT)
+    parser.send(h11.Request(method="GET", target="/", headers=[("Host", "test")]))
+    head: h11.Response | None = None
+    body = b""
+    while True:
+        event = parser.next_event()
+        if event is h11.NEED_DATA:
+            parser.receive_data(await stream.receive_some(65536))
+        elif isinstance(event, h11.Response):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            assert head is not None
+            return head, body
+
+
+def _created(server: Server) -> float:
+    """Responses the server has created, as its metrics count them."""
+    metrics = server.service.metrics
+    return sum(
+        metrics.registry.get_sample_value(f"{PREFIX}_responses_created_total", {"background": b})
+        or 0.0
+        for b in ("true", "false")
+    )
+
+
+def _tasks() -> int:
+    """Tasks alive in this Trio run (the test's, the server's, its connections')."""
+    count = 0
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    pending = [root]
+    while pending:
+        task = pending.pop()
+        count += 1
+        pending.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return count
+
+
+def _header(head: h11.Response, name: bytes) -> bytes | None:
+    return next((value for key, value in head.headers if key == name), None)
+
+
+@pytest.mark.parametrize("path", ROUTES)
+async def test_a_body_that_does_not_arrive_in_time_gets_408(
+    start_server: StartServer, path: str
+) -> None:
+    server = await start_server(body_timeout_s=0.5)
+    body = json.dumps({"model": MODEL, "input": "hi"}).encode()
+    stream = await _connect(server)
+    async with stream:
+        await stream.send_all(_head(path, len(body)) + body[:5])  # and the rest never
+        with trio.fail_after(10):
+            head, reply = await _read_reply(stream)
+    assert head.status_code == 408
+    assert json.loads(reply) == {
+        "error": {
+            "message": "The request body did not arrive within 0.5 seconds (--body-timeout). "
+            "Send the whole body at once.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "request_timeout",
+        }
+    }
+    assert _header(head, b"x-request-id") is not None
+    assert _created(server) == 0
+
+
+async def test_a_client_that_leaves_halfway_through_its_body_creates_nothing(
+    server: Server,
+) -> None:
+    body = json.dumps({"model": MODEL, "input": "tokens:50", "stream": True}).encode()
+    await server.client.responses.create(model=MODEL, input="tokens:3")  # connections warm
+    await trio.testing.wait_all_tasks_blocked()
+    before = _tasks()
+    for _ in range(5):
+        stream = await _connect(server)
+        async with stream:
+            await stream.send_all(_head("/v1/responses", len(body)) + body[: len(body) // 2])
+    await assert_nothing_left(server)  # also waits until every task is blocked
+    assert _tasks() == before  # their connections' tasks have ended
+    assert _created(server) == 1
+    # The server still answers, on a new connection.
+    created = await server.client.responses.create(model=MODEL, input="tokens:3")
+    assert created.status == "completed"
+    assert _created(server) == 2
+
+
+@pytest.mark.parametrize("path", ROUTES)
+async def test_a_body_over_the_bound_gets_413_however_it_is_sent(
+    start_server: StartServer, path: str
+) -> None:
+    server = await start_server(max_body_bytes=1_000)
+    body = json.dumps({"model": MODEL, "input": "x" * 2_000}).encode()
+    chunked = (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode() + b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:600], body[600:]))
+    for request in (_head(path, len(body)) + body, chunked + b"0\r\n\r\n"):
+        stream = await _connect(server)
+        async with stream:
+            await stream.send_all(request)
+            with trio.fail_after(10):
+                head, reply = await _read_reply(stream)
+        assert head.status_code == 413
+        assert json.loads(reply)["error"]["code"] == "request_too_large"
+        assert _header(head, b"connection") == b"close"  # the rest of the body is unread
+    assert _created(server) == 0
+
+
+async def test_a_method_the_create_route_does_not_take_gets_405(server: Server) -> None:
+    for method in ("GET", "PUT", "DELETE"):
+        reply = await server.http.request(method, "/v1/responses")
+        assert reply.status_code == 405, method
+        assert reply.json() == {
+            "error": {
+                "message": f"Method {method} is not allowed on /v1/responses.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "method_not_allowed",
+            }
+        }
+    # The same answer as the app's own routes give.
+    other = await server.http.put("/v1/models")
+    assert other.status_code == 405
+    assert other.json()["error"]["code"] == "method_not_allowed"
+    assert other.json()["error"]["message"] == "Method PUT is not allowed on /v1/models."
+
+
+async def test_the_quart_app_on_its_own_creates_responses_as_the_server_does() -> None:
+    # Served without `CreateRoute` in front (another ASGI server, a test client), the
+    # app's own route creates responses, and OPTIONS lists the route's methods.
+    async with open_responses_service(Config(port=0)) as service:
+        client = create_app(service).test_client()
+        reply = await client.post("/v1/responses", json={"model": MODEL, "input": "tokens:3"})
+        assert reply.status_code == 200
+        created = await reply.get_json()
+        assert created["status"] == "completed"
+        assert created["output"][-1]["content"][0]["text"]
+        assert reply.headers["x-request-id"].startswith("req_")
+        bad = await client.post("/v1/responses", data=b'{"model":')
+        assert bad.status_code == 400
+        assert (await bad.get_json())["error"]["code"] == "invalid_json"
+        streamed = await client.post(
+            "/v1/responses", json={"model": MODEL, "input": "tokens:3", "stream": True}
+        )
+        events = parse_sse(await streamed.get_data())
+        assert events[-2].event == "response.completed"
+        assert events[-1].data == "[DONE]"
+        options = await client.options("/v1/responses")
+        assert "POST" in options.headers["Allow"]
