@@ -104,6 +104,7 @@ async def test_a_body_that_does_not_arrive_in_time_gets_408(
         }
     }
     assert _header(head, b"x-request-id") is not None
+    assert _header(head, b"connection") == b"close"  # the rest of the body is unread
     assert _created(server) == 0
 
 
@@ -114,10 +115,18 @@ async def test_a_client_that_leaves_halfway_through_its_body_creates_nothing(
     await server.client.responses.create(model=MODEL, input="tokens:3")  # connections warm
     await trio.testing.wait_all_tasks_blocked()
     before = _tasks()
-    for _ in range(5):
+    # A whole, valid body in the first chunk of a chunked body that never ends, and
+    # half of one announced by its length: the client leaves before either is done.
+    chunked = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(body), body)
+    )
+    halves = _head("/v1/responses", len(body)) + body[: len(body) // 2]
+    for request in [chunked, halves] * 3:
         stream = await _connect(server)
         async with stream:
-            await stream.send_all(_head("/v1/responses", len(body)) + body[: len(body) // 2])
+            await stream.send_all(request)
+            await trio.testing.wait_all_tasks_blocked()  # the server has read it all
     await assert_nothing_left(server)  # also waits until every task is blocked
     assert _tasks() == before  # their connections' tasks have ended
     assert _created(server) == 1
@@ -161,11 +170,29 @@ async def test_a_method_the_create_route_does_not_take_gets_405(server: Server) 
                 "code": "method_not_allowed",
             }
         }
+    head = await server.http.head("/v1/responses")
+    assert head.status_code == 405
     # The same answer as the app's own routes give.
     other = await server.http.put("/v1/models")
     assert other.status_code == 405
     assert other.json()["error"]["code"] == "method_not_allowed"
     assert other.json()["error"]["message"] == "Method PUT is not allowed on /v1/models."
+
+
+async def test_without_a_key_every_method_gets_401_before_405(
+    start_server: StartServer,
+) -> None:
+    # As on the app's routes: authentication comes before routing.
+    server = await start_server(api_keys=("right",))
+    for method in ("GET", "PUT", "POST"):
+        reply = await server.http.request(method, "/v1/responses", content=b"{}")
+        assert reply.status_code == 401, method
+        assert reply.json()["error"]["code"] == "invalid_api_key"
+        assert reply.headers["connection"] == "close"  # the body was left unread
+    keyed = await server.http.get("/v1/responses", headers={"Authorization": "Bearer right"})
+    assert keyed.status_code == 405
+    other = await server.http.put("/v1/models")
+    assert other.status_code == 401
 
 
 async def test_the_quart_app_on_its_own_creates_responses_as_the_server_does() -> None:
@@ -185,7 +212,7 @@ async def test_the_quart_app_on_its_own_creates_responses_as_the_server_does() -
         streamed = await client.post(
             "/v1/responses", json={"model": MODEL, "input": "tokens:3", "stream": True}
         )
-        events = parse_sse(await streamed.get_data())
+        events = parse_sse(await streamed.get_data(as_text=False))
         assert events[-2].event == "response.completed"
         assert events[-1].data == "[DONE]"
         options = await client.options("/v1/responses")

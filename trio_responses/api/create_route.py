@@ -168,12 +168,14 @@ class CreateRoute:
         REQUEST_ID.set(request.request_id)
         method = scope["method"]
         body_read = False
-        answer: SSEBody | dict[str, Any] | None = None
+        stream: SSEBody | None = None
         async with trio.open_nursery() as nursery:
             try:
+                # Authenticated first, as the app's hook does: without a key, any
+                # method gets the 401.
+                owner = owner_for(request.authorization, self._keys) if self._keys else None
                 if method != "POST":
                     raise method_not_allowed(method, PATH)
-                owner = owner_for(request.authorization, self._keys) if self._keys else None
                 data = await self._read_body(request, receive)
                 if data is None:
                     return  # the client went away: nobody to answer
@@ -182,18 +184,19 @@ class CreateRoute:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
                 decoded = await offload(len(data), partial(decode_json_body, data))
                 answer = await create_answer(self._service, decoded, size=len(data), owner=owner)
-            except Exception as error:  # not a `ResponsesError`: logged by `wire_error`
+                if isinstance(answer, SSEBody):
+                    stream = answer
+                else:
+                    status, payload = 200, encode_json(answer).encode()
+            except Exception as error:  # anything but a `ResponsesError` is a bug: a 500
                 wire, status = wire_error(error, where=f"{method} {PATH}")
                 payload = error_body(wire)
+            if stream is not None:
+                await self._stream(stream, request, send, started)
             else:
-                status, payload = 200, b""
-            headers = self._headers(request, close=not body_read and request.has_body)
-            if isinstance(answer, SSEBody):
-                await self._stream(answer, headers, send, started, method)
-            else:
-                if answer is not None:
-                    payload = encode_json(answer).encode()
-                self._log(started, method, status)
+                headers = self._headers(request, close=not body_read and request.has_body)
+                # Another method matches no route, as in the app.
+                self._log(started, method, status, routed=method == "POST")
                 headers += [_JSON, (b"content-length", b"%d" % len(payload))]
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": payload, "more_body": False})
@@ -241,26 +244,24 @@ class CreateRoute:
         return headers
 
     async def _stream(
-        self,
-        body: SSEBody,
-        headers: list[tuple[bytes, bytes]],
-        send: ASGISendCallable,
-        started: float,
-        method: str,
+        self, body: SSEBody, request: _Request, send: ASGISendCallable, started: float
     ) -> None:
+        """Send ``body`` as the answer; it is closed however that ends."""
         try:
-            self._log(started, method, 200)
-            start = [*_SSE, *headers]
+            start = [*_SSE, *self._headers(request, close=False)]
+            self._log(started, "POST", 200)
             await send({"type": "http.response.start", "status": 200, "headers": start})
             await body.write_all(send)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await body.aclose()
 
-    def _log(self, started: float, method: str, status: int) -> None:
-        """The request's metrics and log line, as the app's hook writes them."""
+    def _log(self, started: float, method: str, status: int, *, routed: bool = True) -> None:
+        """The request's metrics and log line, as the app's hook writes them
+        (``routed``: whether the request matched a route, method included)."""
         elapsed = time.perf_counter() - started
-        self._service.metrics.http_request(PATH, method, status, elapsed)
+        route = PATH if routed else None
+        self._service.metrics.http_request(route, method, status, elapsed)
         if not logger.isEnabledFor(logging.INFO):
             return
         logger.info(
@@ -271,7 +272,7 @@ class CreateRoute:
             elapsed * 1000,
             extra={
                 "method": method,
-                "route": PATH,
+                "route": route,
                 "path": PATH,
                 "status": status,
                 "duration_ms": round(elapsed * 1000, 3),
