@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import h11
 import httpx2
 import pytest
 import trio
@@ -50,6 +51,49 @@ async def assert_nothing_left(server: Server) -> None:
     assert stats.job_tasks == 0
     assert stats.subscribers == 0
     assert server.service.engine.running_requests == frozenset()  # type: ignore[attr-defined]
+
+
+async def open_socket(server: Server) -> trio.SocketStream:
+    """A raw TCP connection to ``server``."""
+    parts = urlsplit(server.url)
+    assert parts.hostname is not None and parts.port is not None
+    return await trio.open_tcp_stream(parts.hostname, parts.port)
+
+
+async def read_reply(
+    socket: trio.SocketStream, client: h11.Connection
+) -> tuple[h11.Response, bytes]:
+    """The next response on ``socket``, head and whole body, read and checked by h11
+    (``client``, which sent the request) up to its end."""
+    head: h11.Response | None = None
+    received = bytearray()
+    while True:
+        event = client.next_event()
+        if event is h11.NEED_DATA:
+            client.receive_data(await socket.receive_some(65536))
+        elif isinstance(event, h11.Response):
+            head = event
+        elif isinstance(event, h11.Data):
+            received.extend(event.data)
+        elif isinstance(event, h11.EndOfMessage):
+            break
+        else:
+            raise AssertionError(f"unexpected {event!r}")
+    assert head is not None
+    return head, bytes(received)
+
+
+def count_tasks(name_suffix: str = "") -> int:
+    """Tasks alive anywhere in this Trio run whose name ends with ``name_suffix``."""
+    count = 0
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    pending = [root]
+    while pending:
+        task = pending.pop()
+        count += task.name.endswith(name_suffix)
+        pending.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return count
 
 
 async def run_server(

@@ -12,15 +12,18 @@ import pytest
 import trio
 import trio.testing
 
-from tests.support import MODEL, JobSpy, Server, assert_nothing_left, parse_sse
+from tests.support import (
+    MODEL,
+    JobSpy,
+    Server,
+    assert_nothing_left,
+    count_tasks,
+    open_socket,
+    parse_sse,
+    read_reply,
+)
 from trio_responses import Config
 from trio_responses._serve import serve
-
-
-async def _open_socket(server: Server) -> trio.SocketStream:
-    parts = urlsplit(server.url)
-    assert parts.hostname is not None and parts.port is not None
-    return await trio.open_tcp_stream(parts.hostname, parts.port)
 
 
 def _post(body: dict[str, object], *, close: bool = False) -> bytes:
@@ -44,7 +47,7 @@ async def _read_until(stream: trio.SocketStream, marker: bytes, buffer: bytearra
 
 
 async def test_client_disconnect_mid_stream_cancels_the_job(server: Server) -> None:
-    stream = await _open_socket(server)
+    stream = await open_socket(server)
     await stream.send_all(_post({"model": MODEL, "input": "tokens:5000 delay:2", "stream": True}))
     buffer = bytearray()
     with trio.fail_after(10):
@@ -71,7 +74,7 @@ async def test_client_disconnect_while_waiting_for_json_cancels_the_job(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spy = JobSpy(server.service, monkeypatch)
-    stream = await _open_socket(server)
+    stream = await open_socket(server)
     await stream.send_all(_post({"model": MODEL, "input": "tokens:5000 delay:2"}))
     with trio.fail_after(5):
         job = await spy.first()
@@ -84,7 +87,7 @@ async def test_client_disconnect_while_waiting_for_json_cancels_the_job(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_connection_close_gets_eof(server: Server, stream: bool) -> None:
-    socket = await _open_socket(server)
+    socket = await open_socket(server)
     await socket.send_all(_post({"model": MODEL, "input": "bye", "stream": stream}, close=True))
     received = bytearray()
     with trio.fail_after(5):
@@ -122,7 +125,7 @@ async def test_clients_hanging_up_after_the_response_cause_no_server_errors(
     """Closing right after the body races hypercorn's final send; it must stay quiet."""
     request = _post({"model": MODEL, "input": "quick"})
     for _ in range(150):
-        stream = await _open_socket(server)
+        stream = await open_socket(server)
         await stream.send_all(request)
         received = bytearray()
         with trio.fail_after(5):
@@ -153,29 +156,14 @@ async def _exchange(
     await socket.send_all(client.send(_request_head(body)))
     await socket.send_all(client.send(h11.Data(data=body)))
     await socket.send_all(client.send(h11.EndOfMessage()))
-    head: h11.Response | None = None
-    received = bytearray()
     with trio.fail_after(10):
-        while True:
-            event = client.next_event()
-            if event is h11.NEED_DATA:
-                client.receive_data(await socket.receive_some(65536))
-            elif isinstance(event, h11.Response):
-                head = event
-            elif isinstance(event, h11.Data):
-                received.extend(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            else:
-                raise AssertionError(f"unexpected {event!r}")
-    assert head is not None
-    return head, bytes(received)
+        return await read_reply(socket, client)
 
 
 async def test_streams_are_framed_for_the_client_http_version(server: Server) -> None:
     """HTTP/1.1 bodies are chunked (and the connection serves the next request after
     one); an HTTP/1.0 client gets the body up to the close. h11 checks the framing."""
-    socket = await _open_socket(server)
+    socket = await open_socket(server)
     client = h11.Connection(our_role=h11.CLIENT)
     for text in ("first", "second"):
         body = json.dumps({"model": MODEL, "input": f"tokens:40 {text}", "stream": True})
@@ -188,7 +176,7 @@ async def test_streams_are_framed_for_the_client_http_version(server: Server) ->
         client.start_next_cycle()
     await socket.aclose()
 
-    socket = await _open_socket(server)
+    socket = await open_socket(server)
     request = _post({"model": MODEL, "input": "tokens:40", "stream": True})
     await socket.send_all(request.replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n", 1))
     reply = bytearray()
@@ -211,7 +199,7 @@ async def test_paced_stream_and_head_on_one_connection(server: Server) -> None:
     """A paced stream (each event written as it comes, from the producer's task),
     then a HEAD of a stored stream (a head, no body), then a request again: h11, as
     the client, checks every response's framing on the one connection."""
-    socket = await _open_socket(server)
+    socket = await open_socket(server)
     client = h11.Connection(our_role=h11.CLIENT)
     body = {"model": MODEL, "input": "tokens:30 delay:5", "stream": True, "background": True}
     head, received = await _exchange(socket, client, json.dumps(body).encode())
@@ -280,14 +268,7 @@ async def test_direct_writes_to_a_slow_reader_keep_the_stream_whole(server: Serv
 
 def _connection_tasks() -> int:
     """Tasks serving a connection (trio's ``_run_handler``), anywhere in this run."""
-    count = 0
-    pending = [trio.lowlevel.current_root_task()]
-    while pending:
-        task = pending.pop()
-        count += task.name.endswith("_run_handler")
-        for nursery in task.child_nurseries:
-            pending.extend(nursery.child_tasks)
-    return count
+    return count_tasks("_run_handler")
 
 
 _HEALTH = b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n"
@@ -312,7 +293,7 @@ async def test_an_idle_keep_alive_connection_times_out_from_its_last_request(
 ) -> None:
     # hypercorn's keep-alive timeout (5 s): counted from the end of the last
     # request, not from the connection's first idle spell.
-    stream = await _open_socket(server)
+    stream = await open_socket(server)
     async with stream:
         await _health_on(stream)
         await trio.sleep(3)
@@ -343,7 +324,7 @@ async def test_shutdown_closes_idle_keep_alive_connections_at_once(
 
 async def test_connections_that_go_mid_stream_leave_no_task(server: Server) -> None:
     before = _connection_tasks()
-    streams = [await _open_socket(server) for _ in range(8)]
+    streams = [await open_socket(server) for _ in range(8)]
     for stream in streams:
         await stream.send_all(
             _post({"model": MODEL, "input": "tokens:500 delay:5", "stream": True})

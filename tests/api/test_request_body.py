@@ -5,7 +5,6 @@ app's other routes alike."""
 from __future__ import annotations
 
 import json
-from urllib.parse import urlsplit
 
 import h11
 import pytest
@@ -13,7 +12,15 @@ import trio
 import trio.testing
 
 from tests.conftest import StartServer
-from tests.support import MODEL, Server, assert_nothing_left, parse_sse
+from tests.support import (
+    MODEL,
+    Server,
+    assert_nothing_left,
+    count_tasks,
+    open_socket,
+    parse_sse,
+    read_reply,
+)
 from trio_responses import Config
 from trio_responses._service import open_responses_service
 from trio_responses.api.app import create_app
@@ -21,12 +28,6 @@ from trio_responses.metrics import PREFIX
 
 ROUTES = ["/v1/responses", "/v1/responses/input_tokens"]
 """The create route, and a route of the Quart app that reads a JSON body."""
-
-
-async def _connect(server: Server) -> trio.SocketStream:
-    parts = urlsplit(server.url)
-    assert parts.hostname is not None and parts.port is not None
-    return await trio.open_tcp_stream(parts.hostname, parts.port)
 
 
 def _head(path: str, length: int, method: str = "POST") -> bytes:
@@ -40,19 +41,7 @@ async def _read_reply(stream: trio.SocketStream) -> tuple[h11.Response, bytes]:
     """The reply's head and whole body (the server may close after it)."""
     parser = h11.Connection(h11.CLIENT)
     parser.send(h11.Request(method="GET", target="/", headers=[("Host", "test")]))
-    head: h11.Response | None = None
-    body = b""
-    while True:
-        event = parser.next_event()
-        if event is h11.NEED_DATA:
-            parser.receive_data(await stream.receive_some(65536))
-        elif isinstance(event, h11.Response):
-            head = event
-        elif isinstance(event, h11.Data):
-            body += event.data
-        elif isinstance(event, h11.EndOfMessage):
-            assert head is not None
-            return head, body
+    return await read_reply(stream, parser)
 
 
 def _created(server: Server) -> float:
@@ -67,15 +56,7 @@ def _created(server: Server) -> float:
 
 def _tasks() -> int:
     """Tasks alive in this Trio run (the test's, the server's, its connections')."""
-    count = 0
-    root = trio.lowlevel.current_root_task()
-    assert root is not None
-    pending = [root]
-    while pending:
-        task = pending.pop()
-        count += 1
-        pending.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
-    return count
+    return count_tasks()
 
 
 def _header(head: h11.Response, name: bytes) -> bytes | None:
@@ -88,7 +69,7 @@ async def test_a_body_that_does_not_arrive_in_time_gets_408(
 ) -> None:
     server = await start_server(body_timeout_s=0.5)
     body = json.dumps({"model": MODEL, "input": "hi"}).encode()
-    stream = await _connect(server)
+    stream = await open_socket(server)
     async with stream:
         await stream.send_all(_head(path, len(body)) + body[:5])  # and the rest never
         with trio.fail_after(10):
@@ -123,7 +104,7 @@ async def test_a_client_that_leaves_halfway_through_its_body_creates_nothing(
     )
     halves = _head("/v1/responses", len(body)) + body[: len(body) // 2]
     for request in [chunked, halves] * 3:
-        stream = await _connect(server)
+        stream = await open_socket(server)
         async with stream:
             await stream.send_all(request)
             await trio.testing.wait_all_tasks_blocked()  # the server has read it all
@@ -147,7 +128,7 @@ async def test_a_body_over_the_bound_gets_413_however_it_is_sent(
         "Transfer-Encoding: chunked\r\n\r\n"
     ).encode() + b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:600], body[600:]))
     for request in (_head(path, len(body)) + body, chunked + b"0\r\n\r\n"):
-        stream = await _connect(server)
+        stream = await open_socket(server)
         async with stream:
             await stream.send_all(request)
             with trio.fail_after(10):

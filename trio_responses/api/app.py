@@ -38,7 +38,7 @@ from .._exceptions import (
 from .._logging import RESPONSE_ID
 from .._offload import offload
 from .._service import ResponsesService
-from ..metrics import CONTENT_TYPE
+from ..metrics import CONTENT_TYPE, Metrics
 from ..protocol.request import decode_json_body
 from ..protocol.sse import encode_json
 from .cors import CorsPolicy
@@ -145,6 +145,39 @@ def owner_for(header: str, keys: tuple[bytes, ...]) -> str:
     return owner_of(presented.decode())
 
 
+def record_request(
+    metrics: Metrics,
+    *,
+    method: str,
+    route: str | None,
+    path: str,
+    status: int,
+    elapsed: float,
+    response_id: str | None = None,
+) -> None:
+    """One answered request in the metrics and, at INFO, its log line. ``route``: the
+    matched route template (None: no route); ``response_id``: the one the path names
+    (else the one the request created, if any)."""
+    metrics.http_request(route, method, status, elapsed)
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    logger.info(
+        "%s %s -> %s (%.1f ms)",
+        method,
+        path,
+        status,
+        elapsed * 1000,
+        extra={
+            "method": method,
+            "route": route,
+            "path": path,
+            "status": status,
+            "duration_ms": round(elapsed * 1000, 3),
+            "response_id": response_id or RESPONSE_ID.get(),
+        },
+    )
+
+
 def _where() -> str:
     """``METHOD /path`` of the request (or WebSocket) being handled, for messages."""
     if has_websocket_context():
@@ -245,25 +278,15 @@ def create_app(service: ResponsesService) -> QuartTrio:
     def log_request(response: Response) -> None:
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
         rule = request.url_rule
-        route = rule.rule if rule is not None else None
-        metrics.http_request(route, request.method, response.status_code, elapsed)
-        if not logger.isEnabledFor(logging.INFO):
-            return
         view_args = request.view_args or {}
-        logger.info(
-            "%s %s -> %s (%.1f ms)",
-            request.method,
-            request.path,
-            response.status_code,
-            elapsed * 1000,
-            extra={
-                "method": request.method,
-                "route": route,
-                "path": request.path,
-                "status": response.status_code,
-                "duration_ms": round(elapsed * 1000, 3),
-                "response_id": view_args.get("response_id") or RESPONSE_ID.get(),
-            },
+        record_request(
+            metrics,
+            method=request.method,
+            route=rule.rule if rule is not None else None,
+            path=request.path,
+            status=response.status_code,
+            elapsed=elapsed,
+            response_id=view_args.get("response_id"),
         )
 
     @app.errorhandler(ResponsesError)

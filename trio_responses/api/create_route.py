@@ -18,7 +18,6 @@ shares (that one serves the app on its own, and gives ``OPTIONS`` its ``Allow``)
 
 from __future__ import annotations
 
-import logging
 import time
 from functools import partial
 from typing import Any, final
@@ -43,9 +42,9 @@ from .app import (
     body_too_slow,
     create_app,
     error_body,
-    logger,
     method_not_allowed,
     owner_for,
+    record_request,
     wire_error,
 )
 from .cors import CorsPolicy
@@ -257,27 +256,15 @@ class CreateRoute:
             await body.aclose()
 
     def _log(self, started: float, method: str, status: int, *, routed: bool = True) -> None:
-        """The request's metrics and log line, as the app's hook writes them
-        (``routed``: whether the request matched a route, method included)."""
-        elapsed = time.perf_counter() - started
-        route = PATH if routed else None
-        self._service.metrics.http_request(route, method, status, elapsed)
-        if not logger.isEnabledFor(logging.INFO):
-            return
-        logger.info(
-            "%s %s -> %s (%.1f ms)",
-            method,
-            PATH,
-            status,
-            elapsed * 1000,
-            extra={
-                "method": method,
-                "route": route,
-                "path": PATH,
-                "status": status,
-                "duration_ms": round(elapsed * 1000, 3),
-                "response_id": RESPONSE_ID.get(),
-            },
+        """The request's metrics and log line (``routed``: whether it matched a
+        route, method included)."""
+        record_request(
+            self._service.metrics,
+            method=method,
+            route=PATH if routed else None,
+            path=PATH,
+            status=status,
+            elapsed=time.perf_counter() - started,
         )
 
 
