@@ -90,8 +90,9 @@ async def test_a_body_that_does_not_arrive_in_time_gets_408(
 
 
 async def test_a_client_that_leaves_halfway_through_its_body_creates_nothing(
-    server: Server,
+    start_server: StartServer, store_url: str
 ) -> None:
+    server = await start_server(store_url=store_url)
     body = json.dumps({"model": MODEL, "input": "tokens:50", "stream": True}).encode()
     await server.client.responses.create(model=MODEL, input="tokens:3")  # connections warm
     await trio.testing.wait_all_tasks_blocked()
