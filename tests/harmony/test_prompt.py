@@ -366,3 +366,34 @@ def test_remembered_system_messages_render_as_harmony_does() -> None:
             assert fitted == reference
             text = get_encoding().decode(fitted)
             assert f"Reasoning: {effort}" in text and f"Current date: {date}" in text
+
+
+def test_remembered_system_messages_follow_tools_and_tool_choice() -> None:
+    """The system message is remembered by what it says: built-in tools shown or hidden
+    by ``tool_choice``, and whether functions are declared (harmony then names their
+    channel in it). Each combination, in an order that revisits them, renders as
+    harmony does."""
+    combinations = [
+        (python, browser, choice, functions)
+        for python in (False, True)
+        for browser in (False, True)
+        for choice in ("auto", "none")
+        for functions in (False, True)
+    ]
+    seen_system: set[str] = set()
+    for python, browser, choice, functions in combinations + combinations[::-1]:
+        body: dict[str, Any] = {"model": "m", "input": "hi", "tool_choice": choice}
+        if functions:
+            body["tools"] = [FUNCTION]
+        request = parse_create_request(body)
+        tools = PromptTools(python=python, browser=browser)
+        fitted = render_request_prompt(
+            request, request.input_items, date=DATE, max_model_len=4096, tools=tools
+        )
+        conversation = build_conversation(request, request.input_items, date=DATE, tools=tools)
+        assert fitted == render_prompt(conversation), (python, browser, choice, functions)
+        text = get_encoding().decode(fitted)
+        seen_system.add(text.split("<|end|>")[0])
+    # The system messages told apart: each tool shown or not, and the functions'
+    # channel named or not.
+    assert len(seen_system) == 8

@@ -50,8 +50,9 @@ from .long_text import render_message
 from .prompt import (
     DECLINED,
     PromptTools,
+    SystemSettings,
     approval_messages,
-    head_messages,
+    developer_message,
     item_messages,
     orphan_output,
 )
@@ -160,9 +161,14 @@ class _Fitter:
 
     def render_head(self) -> tuple[list[int], RenderOptions]:
         """The system and developer messages' tokens, and the options for the rest."""
-        messages = head_messages(self._request, date=self._date, tools=self._tools)
-        options = RenderOptions(conversation_has_function_tools=_declares_functions(messages))
-        return [t for message in messages for t in _render_head(message, options)], options
+        developer = developer_message(self._request, self._tools)
+        functions = developer is not None and _declares_functions([developer])
+        options = RenderOptions(conversation_has_function_tools=functions)
+        system = SystemSettings.of(self._request, date=self._date, tools=self._tools)
+        tokens = list(_system_tokens(system, functions))
+        if developer is not None:
+            tokens.extend(_render_head(developer, options))
+        return tokens, options
 
     def item_tokens(self, index: int, options: RenderOptions) -> list[tuple[list[int], bool]]:
         """Each message of the item at ``index``: its tokens, and whether it is analysis."""
@@ -399,9 +405,18 @@ _head_cache: OrderedDict[tuple[str, bool], array[int]] = OrderedDict()
 _head_cache_lock = threading.Lock()  # prompts may be rendered in worker threads
 
 
+@functools.lru_cache(maxsize=_HEAD_CACHE_ENTRIES)
+def _system_tokens(system: SystemSettings, functions: bool) -> tuple[int, ...]:
+    """The system message's tokens, remembered by what it says (`SystemSettings`) and
+    whether the conversation declares functions (harmony's system message then names
+    their channel): building and keying the message costs more than looking this up."""
+    options = RenderOptions(conversation_has_function_tools=functions)
+    return tuple(_render(system.message(), options, "instructions"))
+
+
 def _render_head(message: Message, options: RenderOptions) -> list[int]:
-    """`_render` of a system or developer message, remembered: requests of one
-    deployment repeat them (same date, tools, instructions, effort), and rendering
+    """`_render` of a developer message, remembered: requests of one deployment
+    repeat them (same tools, instructions, output format), and rendering
     one costs far more than its JSON, the cache key (most recent 64, keys up to 64k
     characters, tokens kept 4 bytes each: a few MB at most)."""
     key_text = message.to_json()

@@ -98,21 +98,45 @@ def build_conversation(
 
 def head_messages(request: CreateRequest, *, date: str, tools: PromptTools) -> list[Message]:
     """The messages before the input items: system, then developer when it has anything."""
-    hide_tools = request.tool_choice == "none"
-    system = (
-        SystemContent.new()
-        .with_reasoning_effort(_EFFORT[request.reasoning_effort])
-        .with_conversation_start_date(date)
-    )
-    if tools.python and not hide_tools:
-        system = system.with_python_tool()
-    if tools.browser and not hide_tools:
-        system = system.with_browser_tool()
-    messages = [Message.from_role_and_content(Role.SYSTEM, system)]
-    developer = _developer_content(request, tools, hide_tools)
+    messages = [SystemSettings.of(request, date=date, tools=tools).message()]
+    developer = developer_message(request, tools)
     if developer is not None:
-        messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
+        messages.append(developer)
     return messages
+
+
+@dataclass(frozen=True)
+class SystemSettings:
+    """Everything the system message of a request depends on (hashable: a cache key)."""
+
+    effort: str
+    date: str
+    python: bool
+    browser: bool
+
+    @classmethod
+    def of(cls, request: CreateRequest, *, date: str, tools: PromptTools) -> SystemSettings:
+        shown = request.tool_choice != "none"
+        return cls(request.reasoning_effort, date, tools.python and shown, tools.browser and shown)
+
+    def message(self) -> Message:
+        system = (
+            SystemContent.new()
+            .with_reasoning_effort(_EFFORT[self.effort])
+            .with_conversation_start_date(self.date)
+        )
+        if self.python:
+            system = system.with_python_tool()
+        if self.browser:
+            system = system.with_browser_tool()
+        return Message.from_role_and_content(Role.SYSTEM, system)
+
+
+def developer_message(request: CreateRequest, tools: PromptTools) -> Message | None:
+    """The developer message (instructions, function tools, MCP namespaces); None
+    when there is nothing to say."""
+    content = _developer_content(request, tools, request.tool_choice == "none")
+    return None if content is None else Message.from_role_and_content(Role.DEVELOPER, content)
 
 
 def render_prompt(conversation: Conversation) -> list[int]:
