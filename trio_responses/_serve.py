@@ -38,15 +38,20 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, cast, final
 
+import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol.events import StreamClosed
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
@@ -60,6 +65,9 @@ from .api.asgi import connection_raw, shield_final_send
 from .api.create_route import create_asgi_app
 
 logger = logging.getLogger("trio_responses.serve")
+
+_HEADER_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-z]+")
+"""A header name as `_TCPServer.start_chunked` takes it: an HTTP token, lower case."""
 
 _ABORT_ON_CLOSE = struct.pack("ii", 1, 0)
 """``SO_LINGER`` on, zero seconds: closing resets the connection and drops unsent data."""
@@ -305,7 +313,8 @@ class _TCPServer(TCPServer):
     """Hypercorn's connection handler, writing synchronously what the socket takes at once.
 
     It also offers its writes to the app (`connection_raw`, a `RawConnection`):
-    an HTTP/1.1 streaming body writes its framed chunks through it, past h11. Its
+    an HTTP/1.1 streaming body writes its framed chunks through it, past h11, and
+    may start and end its response there (`start_chunked`, `end_chunked`). Its
     keep-alive timeout costs no task (`_IdleTimer`); hypercorn's ``read_timeout``,
     which `hypercorn_config` leaves unset, is not applied.
     """
@@ -315,6 +324,8 @@ class _TCPServer(TCPServer):
         self._connections = connections
         self._timer = connections.open()
         self.idle_task = self._timer  # type: ignore[assignment]
+        self._chunked: HTTPStream | None = None
+        """The stream whose response `start_chunked` began."""
 
     async def run(self) -> None:
         connection_raw.set(self)  # for this connection's task and its app tasks
@@ -345,6 +356,88 @@ class _TCPServer(TCPServer):
 
     async def write(self, data: bytes) -> None:
         await self.protocol_send(RawData(data=data))
+
+    def start_chunked(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+        """Start the response to the current HTTP/1.1 request, chunked, as the app's
+        ``http.response.start`` would, but without hypercorn's and h11's checks of
+        every header (~100 µs a request): our app's headers, checked here for what
+        would break the head (a line break or NUL in a value). h11 is told of the
+        response (its framing and ``Connection: close`` only, cheap to check) and
+        keeps deciding keep-alive; hypercorn's stream takes it as started.
+
+        Returns the head (h11's status line and framing, then ``headers`` and the
+        server's ``Date``/``Server``) to write before any chunk; None, changing
+        nothing, when this connection is not at the start of an HTTP/1.1 response
+        with a body (send the ASGI message then).
+        """
+        protocol = self.protocol.protocol
+        if type(protocol) is not H11Protocol:
+            return None
+        stream, connection = protocol.stream, protocol.connection
+        if (
+            type(stream) is not HTTPStream
+            or stream.state is not ASGIHTTPState.REQUEST
+            or type(connection) is not h11.Connection
+            or connection.our_state is not h11.SEND_RESPONSE
+            or connection.their_http_version != b"1.1"
+            or stream.scope["method"] == "HEAD"
+            or status < 200
+            or status in (204, 304)
+        ):
+            return None
+        framing = [(b"transfer-encoding", b"chunked")]
+        if protocol.keep_alive_requests >= self.config.keep_alive_max_requests:
+            framing.append((b"connection", b"close"))
+        lines = []
+        for name, value in (*headers, *self.config.response_headers("h11")):
+            if (
+                b"\r" in value
+                or b"\n" in value
+                or b"\0" in value
+                or not _HEADER_NAME.fullmatch(name)
+                or name in (b"content-length", b"transfer-encoding")
+            ):
+                return None
+            if name == b"connection":
+                framing.append((name, value))  # h11's to act on (and to write)
+            else:
+                lines.append(b"%s: %s\r\n" % (name, value))
+        try:
+            head = connection.send(h11.Response(status_code=status, headers=framing))
+        except h11.LocalProtocolError:
+            return None  # the ASGI message meets the same, as hypercorn handles it
+        stream.response = {"type": "http.response.start", "status": status, "headers": [*headers]}
+        stream.state = ASGIHTTPState.RESPONSE
+        self._chunked = stream
+        # h11's head ends with an empty line: the app's headers go before it.
+        return b"".join((head[:-2], *lines, b"\r\n"))
+
+    async def end_chunked(self, last: bytes) -> None:
+        """End the response `start_chunked` began, as the app's final body message
+        would: ``last`` (framed chunks) and the body's end in one write, then
+        hypercorn recycles the connection for the next request (or closes it).
+        Nothing if the stream is gone already."""
+        stream = self._chunked
+        self._chunked = None
+        current: object = getattr(self.protocol.protocol, "stream", None)
+        if (
+            stream is None
+            or stream is not current
+            or stream.closed
+            or stream.state is not ASGIHTTPState.RESPONSE
+        ):
+            return
+        connection = cast(H11Protocol, self.protocol.protocol).connection
+        try:
+            end = connection.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:  # as hypercorn does: the client broke the protocol
+            if connection.their_state is not h11.ERROR:
+                raise
+            end = None
+        if end is not None:
+            await self.write(last + end)
+        stream.state = ASGIHTTPState.CLOSED  # (hypercorn's access log is off)
+        await stream.send(StreamClosed(stream_id=stream.stream_id))
 
     def write_nowait(self, data: bytes) -> int:
         if self.send_lock.locked():

@@ -95,6 +95,12 @@ async def test_connection_close_gets_eof(server: Server, stream: bool) -> None:
             received.extend(chunk)
     assert received.startswith(b"HTTP/1.1 200")
     assert b"You said: bye" in received
+    # The head says so (h11 decides it, on the stream's direct path too), with the
+    # server's own headers.
+    head = bytes(received).split(b"\r\n\r\n", 1)[0].lower().split(b"\r\n")
+    assert b"connection: close" in head
+    assert any(line.startswith(b"date: ") for line in head)
+    assert any(line.startswith(b"x-request-id: req_") for line in head)
 
 
 @pytest.fixture

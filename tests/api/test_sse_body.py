@@ -225,3 +225,100 @@ async def test_a_direct_stream_woken_often_still_gets_keepalives(
         log.close()
     frames = b"".join(_frame(n) for n in range(12))
     assert _unchunk(bytes(connection.wire)) == frames + KEEPALIVE * 2 + DONE
+
+
+class _RecordingConnection:
+    """An HTTP/1.1 connection that records each write: the head `start_chunked`
+    returns is the body's to write; `end_chunked` writes what it is given, then the
+    body's end."""
+
+    HEAD = b"HTTP/1.1 200 \r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def start_chunked(self, status: int, headers: object) -> bytes:
+        return self.HEAD
+
+    async def end_chunked(self, last: bytes) -> None:
+        await self.write(last + b"0\r\n\r\n")
+
+    async def write(self, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        self.writes.append(data)
+
+    def write_nowait(self, data: bytes) -> int:
+        self.writes.append(data)
+        return len(data)
+
+
+def _terminal(n: int) -> bytes:
+    return encode_event({"type": "response.completed", "response": {}, "sequence_number": n})
+
+
+async def _serve_started(connection: _RecordingConnection, body: SSEBody) -> None:
+    """What the create route does on HTTP/1.1: start, the body, end."""
+
+    async def send(message: object) -> None:
+        raise AssertionError("the response starts, goes and ends past ASGI")
+
+    chunked = ChunkedBody(connection)
+    response_send.set(send)
+    response_chunked_body.set(chunked)
+    assert chunked.start(200, [(b"content-type", b"text/event-stream")])
+    await body.write_all(send)
+    await chunked.end()
+
+
+async def test_a_started_response_writes_its_head_and_its_end_with_events() -> None:
+    """The head goes out with the first events, and the terminal event with
+    ``[DONE]`` and the end of the body: two writes for a short stream, not five."""
+    connection = _RecordingConnection()
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve_started, connection, body)
+        log.append(_frame(0))
+        await trio.testing.wait_all_tasks_blocked()
+        log.append(_frame(1))
+        log.append(_terminal(2))
+        log.close()
+    head = _RecordingConnection.HEAD
+    assert connection.writes == [
+        head + ChunkedBody.frame(_frame(0)),
+        ChunkedBody.frame(_frame(1) + _terminal(2) + DONE) + b"0\r\n\r\n",
+    ]
+
+
+async def test_a_paced_started_response_ends_in_one_write(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Events far apart are written by the producer, but not the terminal one: the
+    body's task writes it with ``[DONE]`` and the end of the body."""
+    connection = _RecordingConnection()
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve_started, connection, body)
+        log.append(_frame(0))
+        for n in range(1, 4):
+            await trio.sleep(0.01)  # far apart: written from the producer's task
+            log.append(_frame(n))
+        await trio.sleep(0.01)
+        log.append(_terminal(4))
+        log.close()
+    assert connection.writes == [
+        _RecordingConnection.HEAD + ChunkedBody.frame(_frame(0)),
+        *(ChunkedBody.frame(_frame(n)) for n in range(1, 4)),
+        ChunkedBody.frame(_terminal(4) + DONE) + b"0\r\n\r\n",
+    ]
+
+
+async def test_a_started_response_ended_before_any_chunk_still_sends_its_head() -> None:
+    """A response ended with nothing written sends its head, then the end of the
+    body, in one write."""
+    connection = _RecordingConnection()
+    chunked = ChunkedBody(connection)
+    assert chunked.start(200, [])
+    await chunked.end()
+    assert connection.writes == [_RecordingConnection.HEAD + b"0\r\n\r\n"]

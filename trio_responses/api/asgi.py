@@ -20,12 +20,16 @@ offers it (`connection_raw`, set by `trio_responses._serve`), a
 `response_chunked_body` that frames chunks of the (chunked) body and writes them
 to the socket directly, past hypercorn's stream, h11 and their per-message
 state checks: none of them has anything to do for a body chunk once the
-response has started. The response still starts and ends through ``send``.
+response has started. A response may also start and end there
+(`ChunkedBody.start`, `ChunkedBody.end`: the create route's streams), its head
+written with its first chunk and its last chunk with the end of the body;
+others start and end through ``send``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, Protocol, cast, final
 
@@ -71,6 +75,21 @@ class RawConnection(Protocol):
         """
         ...
 
+    def start_chunked(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+        """Start the current response, chunked, in place of its ASGI
+        ``http.response.start`` (``headers``: lower-case names, no framing headers).
+
+        Returns the head, for the caller to write before the first chunk; None,
+        changing nothing, when the response cannot start this way (send the ASGI
+        message instead).
+        """
+        ...
+
+    async def end_chunked(self, last: bytes) -> None:
+        """End the response `start_chunked` began, in place of its final ASGI body
+        message: write ``last`` (framed chunks, or nothing) and the end of the body."""
+        ...
+
 
 connection_raw: ContextVar[RawConnection | None] = ContextVar("connection_raw", default=None)
 """Set by the server for each plain TCP connection it serves (`trio_responses._serve`)."""
@@ -88,6 +107,46 @@ class ChunkedBody:
 
     def __init__(self, connection: RawConnection) -> None:
         self._connection = connection
+        self._head = b""
+        """The head of a response `start` began, until the first write takes it."""
+        self._last = b""
+        """The last chunk (`write_last`) of a response `start` began, for `end` to write."""
+        self._started = False
+
+    def start(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Start the response here, not with an ASGI message (`RawConnection.start_chunked`);
+        whether it did. Its head goes with the first chunk written, in one write;
+        then end it with `end`, not with the final ASGI body message."""
+        head = self._connection.start_chunked(status, headers)
+        if head is None:
+            return False
+        self._head = head
+        self._started = True
+        return True
+
+    async def end(self) -> None:
+        """End the response `start` began: the head if nothing was written, then the
+        last chunk. Shielded, with a deadline, as the final ASGI send is
+        (`shield_final_send`)."""
+        if not self._started:
+            raise RuntimeError("end() of a response start() did not begin")
+        self._started = False
+        last = self._head + self._last
+        self._head = self._last = b""
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + FINAL_SEND_TIMEOUT_S
+            # hypercorn may be closing this connection: see the module docstring.
+            with contextlib.suppress(trio.BusyResourceError):
+                await self._connection.end_chunked(last)
+
+    async def write_last(self, data: bytes) -> None:
+        """Write ``data`` as the body's last chunk: in a response `start` began, `end`
+        writes it, with the end of the body (one write); else now, as `write` does."""
+        if self._started:
+            if data:
+                self._last += self.frame(data)
+            return
+        await self.write(data)
 
     @staticmethod
     def frame(data: bytes) -> bytes:
@@ -101,13 +160,18 @@ class ChunkedBody:
 
     async def write_framed(self, framed: bytes) -> None:
         """Write bytes already framed (e.g. the rest of a `write_nowait`)."""
+        if self._head:
+            framed, self._head = self._head + framed, b""
         try:  # noqa: SIM105 (no context manager per chunk: this is the hot path)
             await self._connection.write(framed)
         except trio.BusyResourceError:
             pass  # hypercorn is closing this connection: see the module docstring
 
     def write_nowait(self, framed: bytes) -> int:
-        """See `RawConnection.write_nowait`."""
+        """See `RawConnection.write_nowait`; 0 while the head is still to be written
+        (the first write, a waiting one, takes it)."""
+        if self._head:
+            return 0
         return self._connection.write_nowait(framed)
 
 

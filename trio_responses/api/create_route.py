@@ -47,6 +47,7 @@ from .app import (
     record_request,
     wire_error,
 )
+from .asgi import response_chunked_body
 from .cors import CorsPolicy
 from .request_id import REQUEST_ID, request_id_for
 from .sse import SSEBody
@@ -249,6 +250,12 @@ class CreateRoute:
         try:
             start = [*_SSE, *self._headers(request, close=False)]
             self._log(started, "POST", 200)
+            # On HTTP/1.1, straight to the connection (see `ChunkedBody.start`).
+            chunked = response_chunked_body.get()
+            if chunked is not None and chunked.start(200, start):
+                await body.write_all(send)
+                await chunked.end()
+                return
             await send({"type": "http.response.start", "status": 200, "headers": start})
             await body.write_all(send)
             await send({"type": "http.response.body", "body": b"", "more_body": False})

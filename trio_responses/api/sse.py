@@ -26,7 +26,7 @@ from ..background.event_log import SubscriberLagged
 from ..background.subscription import LogSubscription, Subscription
 from ..metrics import Metrics
 from ..protocol.builder import stream_error_frame
-from ..protocol.sse import DONE, KEEPALIVE
+from ..protocol.sse import DONE, KEEPALIVE, is_terminal_frame
 from .asgi import ChunkedBody, RawWrite, response_chunked_body, response_send
 
 _CHUNKS_PER_CHECKPOINT = 16
@@ -77,6 +77,8 @@ class SSEBody:
         """A keep-alive is being written (`_take` must not write meanwhile)."""
         self._uncounted = 0
         """Events `_take` wrote that the metrics do not count yet (see `_COUNT_BATCH`)."""
+        self._write_last: RawWrite | None = None
+        """Writes the stream's last words, if not the usual way (`ChunkedBody.write_last`)."""
 
     def __aiter__(self) -> SSEBody:
         return self
@@ -104,6 +106,7 @@ class SSEBody:
         else:
             if isinstance(self._subscription, LogSubscription):
                 self._direct = body
+            self._write_last = body.write_last
             await self._write_all(body.write)
 
     async def _write_all(self, write: RawWrite) -> None:
@@ -152,7 +155,9 @@ class SSEBody:
                 continue
             if self._finished:  # the last words: every event before them is counted
                 self._count_sent()
-            await write(chunk)
+                await (self._write_last or write)(chunk)
+            else:
+                await write(chunk)
             self._last_write = trio.current_time()
             if timed_wake_ups:
                 timed_wake_ups -= 1
@@ -216,12 +221,16 @@ class SSEBody:
         Returns (frames taken, keep waiting): all of them and True when they are
         on the wire; all of them and False when only part is (the rest is
         `_pending`, for this body's task to write); none and False when the
-        socket takes nothing now, another write is under way, or the previous
-        write was less than `_DIRECT_GAP_S` ago (the body's task batches those).
+        socket takes nothing now, another write is under way, the previous
+        write was less than `_DIRECT_GAP_S` ago (the body's task batches those),
+        or they end with the terminal event (the body's task writes it with the
+        stream's last words: one write).
         """
         body = self._direct
         if body is None or self._writing or self._pending or self._finished:
             return 0, False
+        if not frames or is_terminal_frame(frames[-1]):
+            return 0, False  # the last event: the body's task writes it with the end
         now = trio.current_time()
         if now - self._last_write < _DIRECT_GAP_S:
             return 0, False
@@ -274,6 +283,9 @@ class SSEBody:
             return DONE
         if self._metrics is not None:
             self._metrics.events_sent(len(frames))
+        if is_terminal_frame(frames[-1]):  # nothing follows it: end with it, in one write
+            self._finished = True
+            frames.append(DONE)
         return b"".join(frames)
 
     def _count_sent(self) -> None:
