@@ -326,6 +326,7 @@ class _TCPServer(TCPServer):
         self.idle_task = self._timer  # type: ignore[assignment]
         self._chunked: HTTPStream | None = None
         """The stream whose response `start_chunked` began."""
+        self._bounded = cast(BoundedWriteStream, self.stream)  # hypercorn's is typed SSL
 
     async def run(self) -> None:
         connection_raw.set(self)  # for this connection's task and its app tasks
@@ -442,11 +443,11 @@ class _TCPServer(TCPServer):
     def write_nowait(self, data: bytes) -> int:
         if self.send_lock.locked():
             return 0
-        return cast(BoundedWriteStream, self.stream).send_nowait(data)
+        return self._bounded.send_nowait(data)
 
     async def protocol_send(self, event: Event) -> None:
         if type(event) is RawData and not self.send_lock.locked():
-            stream = cast(BoundedWriteStream, self.stream)
+            stream = self._bounded
             data = event.data
             sent = stream.send_nowait(data)
             if sent == len(data):
