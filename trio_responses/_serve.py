@@ -360,11 +360,12 @@ class _TCPServer(TCPServer):
 
     def start_chunked(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
         """Start the response to the current HTTP/1.1 request, chunked, as the app's
-        ``http.response.start`` would, but without hypercorn's and h11's checks of
-        every header (~100 µs a request): our app's headers, checked here for what
-        would break the head (a line break or NUL in a value). h11 is told of the
-        response (its framing and ``Connection: close`` only, cheap to check) and
-        keeps deciding keep-alive; hypercorn's stream takes it as started.
+        ``http.response.start`` would, but past hypercorn's stream and protocol and
+        h11's checks of every header (three times each): our app's headers, checked
+        here only for what would break the head (a line break or NUL in a value, a
+        name that is not a lower-case token). h11 is told of the response (its
+        framing and any ``Connection: close`` only) and keeps deciding keep-alive;
+        hypercorn's stream takes it as started.
 
         Returns the head (h11's status line and framing, then ``headers`` and the
         server's ``Date``/``Server``) to write before any chunk; None, changing
