@@ -256,28 +256,33 @@ def _terminal(n: int) -> bytes:
     return encode_event({"type": "response.completed", "response": {}, "sequence_number": n})
 
 
-async def _serve_started(connection: _RecordingConnection, body: SSEBody) -> None:
-    """What the create route does on HTTP/1.1: start, the body, end."""
+def _started_stream() -> tuple[_RecordingConnection, EventLog, Callable[[], Awaitable[None]]]:
+    """A body following a log as the create route serves it on HTTP/1.1 (start, the
+    body, end): the connection, the log, and the task that serves the response."""
+    connection = _RecordingConnection()
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
 
     async def send(message: object) -> None:
         raise AssertionError("the response starts, goes and ends past ASGI")
 
-    chunked = ChunkedBody(connection)
-    response_send.set(send)
-    response_chunked_body.set(chunked)
-    assert chunked.start(200, [(b"content-type", b"text/event-stream")])
-    await body.write_all(send)
-    await chunked.end()
+    async def serve() -> None:
+        chunked = ChunkedBody(connection)
+        response_send.set(send)
+        response_chunked_body.set(chunked)
+        assert chunked.start(200, [(b"content-type", b"text/event-stream")])
+        await body.write_all(send)
+        await chunked.end()
+
+    return connection, log, serve
 
 
 async def test_a_started_response_writes_its_head_and_its_end_with_events() -> None:
     """The head goes out with the first events, and the terminal event with
     ``[DONE]`` and the end of the body: two writes for a short stream, not five."""
-    connection = _RecordingConnection()
-    log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
+    connection, log, serve = _started_stream()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_serve_started, connection, body)
+        nursery.start_soon(serve)
         log.append(_frame(0))
         await trio.testing.wait_all_tasks_blocked()
         log.append(_frame(1))
@@ -295,11 +300,9 @@ async def test_a_paced_started_response_ends_in_one_write(
 ) -> None:
     """Events far apart are written by the producer, but not the terminal one: the
     body's task writes it with ``[DONE]`` and the end of the body."""
-    connection = _RecordingConnection()
-    log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(LogSubscription(log, -1), keepalive_s=1000)
+    connection, log, serve = _started_stream()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_serve_started, connection, body)
+        nursery.start_soon(serve)
         log.append(_frame(0))
         for n in range(1, 4):
             await trio.sleep(0.01)  # far apart: written from the producer's task
