@@ -324,8 +324,8 @@ class _TCPServer(TCPServer):
         self._connections = connections
         self._timer = connections.open()
         self.idle_task = self._timer  # type: ignore[assignment]
-        self._chunked: HTTPStream | None = None
-        """The stream whose response `start_chunked` began."""
+        self._chunked: tuple[H11Protocol, HTTPStream] | None = None
+        """The protocol and stream whose response `start_chunked` began."""
         self._bounded = cast(BoundedWriteStream, self.stream)  # hypercorn's is typed SSL
 
     async def run(self) -> None:
@@ -410,7 +410,7 @@ class _TCPServer(TCPServer):
             return None  # the ASGI message meets the same, as hypercorn handles it
         stream.response = {"type": "http.response.start", "status": status, "headers": [*headers]}
         stream.state = ASGIHTTPState.RESPONSE
-        self._chunked = stream
+        self._chunked = protocol, stream
         # h11's head ends with an empty line: the app's headers go before it.
         return b"".join((head[:-2], *lines, b"\r\n"))
 
@@ -419,17 +419,17 @@ class _TCPServer(TCPServer):
         would: ``last`` (framed chunks) and the body's end in one write, then
         hypercorn recycles the connection for the next request (or closes it).
         Nothing if the stream is gone already."""
-        stream = self._chunked
-        self._chunked = None
-        current: object = getattr(self.protocol.protocol, "stream", None)
+        started, self._chunked = self._chunked, None
+        if started is None:
+            return
+        protocol, stream = started
         if (
-            stream is None
-            or stream is not current
+            protocol.stream is not stream
             or stream.closed
             or stream.state is not ASGIHTTPState.RESPONSE
         ):
             return
-        connection = cast(H11Protocol, self.protocol.protocol).connection
+        connection = protocol.connection
         try:
             end = connection.send(h11.EndOfMessage())
         except h11.LocalProtocolError:  # as hypercorn does: the client broke the protocol

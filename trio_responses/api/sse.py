@@ -227,10 +227,15 @@ class SSEBody:
         stream's last words: one write).
         """
         body = self._direct
-        if body is None or self._writing or self._pending or self._finished:
+        if (
+            body is None
+            or self._writing
+            or self._pending
+            or self._finished
+            or not frames
+            or is_terminal_frame(frames[-1])  # the body's task writes it with the end
+        ):
             return 0, False
-        if not frames or is_terminal_frame(frames[-1]):
-            return 0, False  # the last event: the body's task writes it with the end
         now = trio.current_time()
         if now - self._last_write < _DIRECT_GAP_S:
             return 0, False
