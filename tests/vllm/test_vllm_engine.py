@@ -71,6 +71,24 @@ async def test_streamed_echo_answer(scripted: VllmServer) -> None:
     await client.close()
 
 
+async def test_a_repeated_prompt_reports_its_cached_tokens(scripted: VllmServer) -> None:
+    # vLLM's prefix cache keeps the first request's prompt; the second finds most of
+    # it there, and the usage says how much (whole KV blocks: less than all of it).
+    client = _client(scripted)
+    text = "tokens:4 " + " ".join(f"word{index}" for index in range(200))
+    first = await client.responses.create(model=MODEL_NAME, input=text)
+    second = await client.responses.create(model=MODEL_NAME, input=text)
+    assert first.usage is not None and second.usage is not None
+    assert first.usage.input_tokens == second.usage.input_tokens > 200
+    cached = second.usage.input_tokens_details.cached_tokens
+    assert second.usage.input_tokens // 2 < cached < second.usage.input_tokens
+    # Before, only what every prompt starts with (the system message) could be there.
+    assert first.usage.input_tokens_details.cached_tokens < second.usage.input_tokens // 2
+    assert first.output_text == second.output_text != ""
+    await _engine_idle(scripted)
+    await client.close()
+
+
 async def test_client_hanging_up_aborts_the_engine_request(scripted: VllmServer) -> None:
     body = {"model": MODEL_NAME, "input": "tokens:3000", "stream": True}
     reader = await RawSSEClient.open(_raw(scripted), "POST", "/v1/responses", body)

@@ -16,14 +16,18 @@ per-request ``RequestOutputCollector``. There is no task per request: the
 collector's ``ready`` flag (the event its own ``get()`` would wait on) is
 replaced with a `_Readiness` that queues the request. The output reader
 (`vllm_outputs.OutputReader`, in place of vLLM's two asyncio tasks) receives
-each engine step's message and runs vLLM's output processor inside
-`VllmEngine.run_step`, which then drains every queued collector
-(``get_nowait``) and calls each request's sink itself (in that request's
-context): one Trio step per engine step, no asyncio callback. The task
-awaiting `VllmEngine.generate` sleeps until its request ends. Where the
-reader does not cover the configuration (`vllm_outputs.claim_outputs`: stats
-logging, data parallelism), vLLM's own output tasks run and the queued
-collectors wake the dispatcher instead, once per step. (An asyncio task per
+each engine step's message and hands its outputs to `VllmEngine.process`:
+one Trio step per engine step, no asyncio callback. There each request's new
+tokens go straight to its sink (in that request's context), without vLLM's
+output processor: our requests ask it for nothing it would add (no text, no
+stop strings, no log probabilities, one sequence, deltas; `_plain`), so only
+its bookkeeping is kept (the cached prompt tokens, and the request's state
+dropped when it finishes). Anything else goes through vLLM's processor into
+the collectors, which are drained in the same step. The task awaiting
+`VllmEngine.generate` sleeps until its request ends. Where the reader does not
+cover the configuration (`vllm_outputs.claim_outputs`: stats logging, data
+parallelism), vLLM's own output tasks run and the queued collectors wake the
+dispatcher instead, once per step. (An asyncio task per
 request iterating ``AsyncLLM.generate`` would cost an asyncio step on the
 trio-asyncio loop per request per engine step, `bench/vllm_floor.py`.) The loop
 runs all asyncio callbacks that are ready in one Trio step, not one per step
@@ -54,7 +58,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, final
+from typing import Any, final
 
 import trio
 import trio_asyncio
@@ -62,6 +66,7 @@ from vllm import RequestOutput, SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.inputs.engine import tokens_input
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+from vllm.v1.engine import EngineCoreOutput
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.engine.output_processor import RequestOutputCollector
@@ -82,8 +87,6 @@ from .script import plan
 from .vllm_outputs import claim_outputs
 
 logger = logging.getLogger("trio_responses.engine.vllm")
-
-T = TypeVar("T")
 
 SCRIPTED_LOGITS_PROCESSOR = "trio_responses.engine.vllm_testing:ScriptedLogitsProcessor"
 
@@ -140,7 +143,10 @@ class VllmEngine:
         model: str,
         scripted: bool,
         cleanup_timeout_s: float = 5.0,
+        direct_outputs: bool = False,
     ) -> None:
+        """``direct_outputs``: an `OutputReader` hands the engine's outputs to
+        `process` (else vLLM's own tasks fill the collectors)."""
         self._llm = llm
         self._cleanup_timeout_s = cleanup_timeout_s
         self._scripted = scripted
@@ -157,7 +163,10 @@ class VllmEngine:
         self._wake = trio.Event()
         self._dispatching = False
         self._stepping = False
-        """In `run_step`: what gets queued is delivered at its end, not by the dispatcher."""
+        """In `process`: what gets queued is delivered at its end, not by the dispatcher."""
+        self._direct_outputs = direct_outputs
+        self._direct: dict[str, _Stream] = {}
+        """Requests whose outputs skip vLLM's output processor, by vLLM's request id."""
 
     @property
     def info(self) -> EngineInfo:
@@ -207,13 +216,16 @@ class VllmEngine:
                 stream.collector = collector
                 collector.ready = _Readiness(self, stream)
                 if collector.output is not None:  # put before the flag was ours
-                    self._queue(stream)
+                    self._drain(stream)  # now: later outputs may skip the collector
+                if self._direct_outputs and not stream.ended and _plain(params):
+                    self._direct[collector.request_id] = stream
                 await stream.done.wait()
         finally:
             self._running.discard(request_id)
             self._streams.discard(stream)
             stream.ended = True  # from here on the dispatcher never calls the sink
             if stream.collector is not None:
+                self._direct.pop(stream.collector.request_id, None)
                 stream.collector.close()
             if not stream.over_in_vllm:  # cancelled (maybe mid-add), or the sink raised
                 with trio.CancelScope(shield=True) as cleanup:
@@ -253,15 +265,70 @@ class VllmEngine:
                     stream.error = EngineError("The inference engine stopped this request.")
                     stream.done.set()
 
-    def run_step(self, process: Callable[[], T]) -> T:
-        """Run ``process`` (vLLM filling collectors), then deliver what it filled.
+    def process(
+        self, outputs: list[EngineCoreOutput], timestamp: float, weight_version: str | None
+    ) -> list[str]:
+        """One engine step's outputs (`OutputReader`), to the requests' sinks.
 
-        `OutputReader` runs each engine step's processing here: the sinks get
-        their tokens in the same Trio step, without waking the dispatcher.
+        A request in `_direct` gets its new tokens straight from the engine core's
+        output. What vLLM's output processor would have done for it is only its
+        bookkeeping: the prompt tokens found in the prefix cache, noted once the
+        prefill is over, and the request's state dropped when it finishes. The
+        other outputs go through vLLM's processor into their collectors, drained
+        before this returns. Returns the requests to abort in the engine core (a
+        stop string vLLM's processor found: ours never have any).
         """
+        processor = self._llm.output_processor
+        states = processor.request_states
+        direct = self._direct
+        rest: list[EngineCoreOutput] = []
         self._stepping = True
         try:
-            return process()
+            for output in outputs:
+                request_id = output.request_id
+                stream = direct.get(request_id)
+                if stream is None:
+                    rest.append(output)
+                    continue
+                state = states.get(request_id)
+                if state is None:  # aborted meanwhile: vLLM ignores these too
+                    continue
+                if state.is_prefilling:
+                    prefill = output.prefill_stats
+                    if prefill is not None:
+                        state.num_cached_tokens = prefill.num_cached_tokens
+                        state.num_cache_creation_tokens = prefill.num_cache_creation_tokens
+                    if state.remote_prefill_cached_tokens is not None:
+                        state.num_cached_tokens = state.remote_prefill_cached_tokens
+                    state.is_prefilling = False
+                finish = output.finish_reason
+                self._deliver(
+                    stream,
+                    output.new_token_ids,
+                    None if finish is None else str(finish),
+                    state.num_cached_tokens,
+                )
+                if finish is not None:
+                    processor._finish_request(state)
+                    del direct[request_id]
+                    self._finished(stream)
+            if not rest:
+                return []
+            processed = processor.process_outputs(
+                rest, timestamp, None, weight_version=weight_version
+            )
+            aborts: list[str] = processed.reqs_to_abort
+            return aborts
+        finally:
+            self._stepping = False
+            self._dispatch()
+
+    def fail(self, error: Exception) -> None:
+        """Every request still in vLLM fails with ``error`` (`OutputReader`: the
+        engine died, or reading its outputs failed), as vLLM's own handler does."""
+        self._stepping = True
+        try:
+            self._llm.output_processor.propagate_error(error)
         finally:
             self._stepping = False
             self._dispatch()
@@ -301,27 +368,36 @@ class VllmEngine:
             stream.error = EngineError("The inference engine returned an unexpected output.")
             stream.done.set()
             return
-        self._deliver(stream, output)
+        completion = output.outputs[0]
+        self._deliver(
+            stream, completion.token_ids, completion.finish_reason, output.num_cached_tokens
+        )
         if output.finished:
-            stream.over_in_vllm = True
-            if not stream.ended:
-                stream.ended = True
-                stream.done.set()
+            self._finished(stream)
 
-    def _deliver(self, stream: _Stream, item: RequestOutput) -> None:
+    def _finished(self, stream: _Stream) -> None:
+        """vLLM is done with the request."""
+        stream.over_in_vllm = True
+        if not stream.ended:
+            stream.ended = True
+            stream.done.set()
+
+    def _deliver(
+        self, stream: _Stream, tokens: Sequence[int], finish_reason: str | None, cached: int
+    ) -> None:
         """One output of one request, on the Trio side."""
-        output = item.outputs[0]
-        if item.num_cached_tokens:
-            stream.cached = item.num_cached_tokens
-        if output.finish_reason is not None:
-            stream.finish_reason = output.finish_reason
-        if stream.finish_reason == "error":
+        if stream.ended:
+            return
+        if cached:
+            stream.cached = cached
+        if finish_reason is not None:
+            stream.finish_reason = finish_reason
+        if finish_reason == "error":
             # e.g. its grammar rejected a token: the output is not valid.
             stream.ended = True
             stream.error = EngineError("The inference engine failed this request.")
             stream.done.set()
             return
-        tokens = output.token_ids
         if tokens:
             stream.produced += len(tokens)
             try:
@@ -374,6 +450,20 @@ class VllmEngine:
                     await trio_asyncio.aio_as_trio(self._llm.abort)(list(self._running))
         with trio.move_on_after(self._cleanup_timeout_s * 3):
             await trio.to_thread.run_sync(self._llm.shutdown, abandon_on_cancel=True)
+
+
+def _plain(params: SamplingParams) -> bool:
+    """A request with ``params`` needs nothing of vLLM's output processor but its
+    bookkeeping (`VllmEngine.process`): no text, no stop strings (found in the
+    text), no log probabilities, one sequence, its outputs as deltas."""
+    return (
+        not params.detokenize
+        and not params.stop
+        and params.logprobs is None
+        and params.prompt_logprobs is None
+        and params.n == 1
+        and params.output_kind == RequestOutputKind.DELTA
+    )
 
 
 def structured_outputs(constraint: OutputConstraint | None) -> StructuredOutputsParams | None:
@@ -489,18 +579,19 @@ async def open_vllm_engine(config: Config) -> AsyncIterator[VllmEngine]:
         _run_ready_callbacks_together(loop)
         logger.info("starting vLLM for %r (this takes a while)", config.model)
         llm = await trio.to_thread.run_sync(functools.partial(AsyncLLM.from_engine_args, args))
+        reader = claim_outputs(llm, loop)
         engine = VllmEngine(
             llm,
             model=config.model_name,
             scripted=config.engine_script,
             cleanup_timeout_s=config.cleanup_timeout_s,
+            direct_outputs=reader is not None,
         )
         async with trio.open_nursery() as nursery:
             try:
-                reader = claim_outputs(llm, loop)
                 await nursery.start(engine.run_dispatcher)
                 if reader is not None:
-                    await nursery.start(reader.run, engine.run_step)
+                    await nursery.start(reader.run, engine)
                 logger.info("vLLM is ready")
                 yield engine
             finally:

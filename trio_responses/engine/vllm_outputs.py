@@ -10,14 +10,15 @@ dispatcher: more than ``AsyncLLM`` costs on plain asyncio
 (`bench/vllm_floor.py`).
 
 `OutputReader` does the same work in one Trio task: it waits on the socket's
-file descriptor, receives and decodes each message, and runs vLLM's output
-processor on it inside `VllmEngine.run_step`, which hands what the collectors
-got to the requests' sinks in the same step. It follows what vLLM 0.32's
-``AsyncLLM._run_output_handler`` and ``AsyncMPClient._ensure_output_queue_task``
-do: utility results go to their futures, the engine's death message and a
-closed socket fail every request with ``EngineDeadError``, the output processor's
-stop-string aborts go to the engine core, long batches are processed in chunks
-of ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`` with a checkpoint between them.
+file descriptor, receives and decodes each message, and hands its outputs to
+`Steps.process` (`VllmEngine.process`: our requests' tokens straight to their
+sinks, anything else through vLLM's output processor) in the same step. It
+follows what vLLM 0.32's ``AsyncLLM._run_output_handler`` and
+``AsyncMPClient._ensure_output_queue_task`` do: utility results go to their
+futures, the engine's death message and a closed socket fail every request with
+``EngineDeadError``, stop-string aborts go to the engine core, long batches are
+processed in chunks of ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`` with a checkpoint
+between them.
 
 It is used only where that is all there is to do (`claim_outputs`): vLLM 0.32,
 one engine core client (no data parallelism), no stats logging, no fault
@@ -32,10 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, final
+from collections.abc import Sequence
+from typing import Any, Protocol, final
 
 import trio
 import trio_asyncio
@@ -43,19 +43,26 @@ import vllm
 import zmq
 import zmq.asyncio
 from vllm import envs
-from vllm.v1.engine import core_client
+from vllm.v1.engine import EngineCoreOutput, core_client
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
 logger = logging.getLogger("trio_responses.engine.vllm")
 
-T = TypeVar("T")
 
+class Steps(Protocol):
+    """What the engine does with each engine step's outputs (`VllmEngine` is one)."""
 
-class StepRunner(Protocol):
-    """Runs vLLM's processing of one message, then delivers what it collected."""
+    def process(
+        self, outputs: list[EngineCoreOutput], timestamp: float, weight_version: str | None
+    ) -> list[str]:
+        """Hand ``outputs`` to their requests; returns the requests to abort in the
+        engine core (vLLM's stop strings)."""
+        ...
 
-    def __call__(self, process: Callable[[], T]) -> T: ...
+    def fail(self, error: Exception) -> None:
+        """Every running request fails with ``error``."""
+        ...
 
 
 @final
@@ -116,7 +123,7 @@ class OutputReader:
         client.resources.output_queue_task = loop.create_future()
 
     async def run(
-        self, run_step: StepRunner, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, steps: Steps, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Trio task: every message of the engine core, until it dies or closes."""
         task_status.started()
@@ -124,9 +131,9 @@ class OutputReader:
             while True:
                 try:
                     frames = await self._messages.receive()
-                    await self._handle(frames, run_step)
+                    await self._handle(frames, steps)
                 except trio.ClosedResourceError:  # vLLM shut down, or found the engine dead
-                    self._fail(run_step, EngineDeadError())
+                    steps.fail(EngineDeadError())
                     return
                 except (Exception, asyncio.CancelledError) as error:
                     # The engine died, the socket failed, or vLLM's processing did: as
@@ -134,7 +141,7 @@ class OutputReader:
                     if not isinstance(error, EngineDeadError):
                         logger.exception("reading vLLM's outputs failed")
                     failure = error if isinstance(error, Exception) else EngineDeadError()
-                    self._fail(run_step, failure)
+                    steps.fail(failure)
                     return
                 if self._messages.pending:  # more steps queued: let the rest of Trio run
                     await trio.lowlevel.checkpoint()
@@ -142,35 +149,24 @@ class OutputReader:
             if not self._running.done():
                 self._running.set_result(None)
 
-    async def _handle(self, frames: Sequence[zmq.Frame], run_step: StepRunner) -> None:
+    async def _handle(self, frames: Sequence[zmq.Frame], steps: Steps) -> None:
         client = self._client
         client.resources.validate_alive(frames)
         outputs = client.decoder.decode(frames)
         if outputs.utility_output:
             core_client._process_utility_output(outputs.utility_output, client.utility_results)
             return
-        processor = self._llm.output_processor
         everything = outputs.outputs
         chunk = envs.VLLM_V1_OUTPUT_PROC_CHUNK_SIZE
         for start in range(0, len(everything), chunk):
             if start:
                 await trio.lowlevel.checkpoint()
-            processed = run_step(
-                functools.partial(
-                    processor.process_outputs,
-                    everything[start : start + chunk],
-                    outputs.timestamp,
-                    None,
-                    weight_version=outputs.weight_version,
-                )
+            aborts = steps.process(
+                everything[start : start + chunk], outputs.timestamp, outputs.weight_version
             )
-            if processed.reqs_to_abort:  # stop strings (ours never have any)
-                await trio_asyncio.aio_as_trio(client.abort_requests_async)(processed.reqs_to_abort)
-        processor.update_scheduler_stats(outputs.scheduler_stats)
-
-    def _fail(self, run_step: StepRunner, error: Exception) -> None:
-        """Every request still running gets ``error`` (as vLLM's own handler does)."""
-        run_step(functools.partial(self._llm.output_processor.propagate_error, error))
+            if aborts:  # stop strings (ours never have any)
+                await trio_asyncio.aio_as_trio(client.abort_requests_async)(aborts)
+        self._llm.output_processor.update_scheduler_stats(outputs.scheduler_stats)
 
 
 def claim_outputs(llm: AsyncLLM, loop: asyncio.AbstractEventLoop) -> OutputReader | None:
@@ -204,6 +200,8 @@ def _unsupported(llm: AsyncLLM) -> str | None:
         return f"engine core client {type(client).__name__}"
     if not callable(getattr(core_client, "_process_utility_output", None)):
         return "no _process_utility_output in vLLM"
+    if not callable(getattr(llm.output_processor, "_finish_request", None)):
+        return "no OutputProcessor._finish_request in vLLM"
     if llm.logger_manager is not None:
         return "stats logging is on"
     if llm.renderer.mm_processor_cache is not None:
