@@ -419,6 +419,7 @@ class VllmEngine:
             skip_special_tokens=False,
             extra_args=extra_args,
             structured_outputs=structured_outputs(request.constraint),
+            skip_clone=True,  # made for this request alone: vLLM copies it shallowly
         )
 
     async def _abort(self, request_id: str) -> None:
