@@ -41,8 +41,9 @@ import os
 import re
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, cast, final
 
 import h11
@@ -308,6 +309,30 @@ class _Connections:
             timer.terminate()
 
 
+def _writable(name: bytes, value: bytes) -> bool:
+    """A header `_TCPServer.start_chunked` can write as it is after h11's framing."""
+    return not (
+        b"\r" in value
+        or b"\n" in value
+        or b"\0" in value
+        or not _HEADER_NAME.fullmatch(name)
+        or name in (b"content-length", b"transfer-encoding")
+    )
+
+
+@lru_cache(maxsize=4)
+def _server_lines(config: HypercornConfig, second: int) -> bytes | None:
+    """The server's own headers (hypercorn's ``Date``, ``Server``, ``Alt-Svc``) as
+    head lines, rendered once for each ``second`` of Unix time (a ``Date`` is whole
+    seconds); None if one cannot be written as it is (or names the connection)."""
+    lines = []
+    for name, value in config.response_headers("h11"):
+        if not _writable(name, value) or name == b"connection":
+            return None
+        lines.append(b"%s: %s\r\n" % (name, value))
+    return b"".join(lines)
+
+
 @final
 class _TCPServer(TCPServer):
     """Hypercorn's connection handler, writing synchronously what the socket takes at once.
@@ -390,20 +415,18 @@ class _TCPServer(TCPServer):
         framing = [(b"transfer-encoding", b"chunked")]
         if protocol.keep_alive_requests >= self.config.keep_alive_max_requests:
             framing.append((b"connection", b"close"))
+        server_lines = _server_lines(self.config, int(time.time()))
+        if server_lines is None:
+            return None
         lines = []
-        for name, value in (*headers, *self.config.response_headers("h11")):
-            if (
-                b"\r" in value
-                or b"\n" in value
-                or b"\0" in value
-                or not _HEADER_NAME.fullmatch(name)
-                or name in (b"content-length", b"transfer-encoding")
-            ):
+        for name, value in headers:
+            if not _writable(name, value):
                 return None
             if name == b"connection":
                 framing.append((name, value))  # h11's to act on (and to write)
             else:
                 lines.append(b"%s: %s\r\n" % (name, value))
+        lines.append(server_lines)
         try:
             head = connection.send(h11.Response(status_code=status, headers=framing))
         except h11.LocalProtocolError:
