@@ -109,6 +109,53 @@ def test_mcp_headers_are_never_echoed() -> None:
     assert echo["tools"][0]["server_label"] == "s"
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_lifecycle_frames_are_what_encode_event_writes(background: bool) -> None:
+    # created, queued and in_progress share one encoding of the response where it
+    # is the same: each frame is still exactly the event's own encoding.
+    frames: list[bytes] = []
+    parsed = parse_create_request(
+        {"model": "m", "input": "héllo 🙂", "instructions": 'be "brief"\n', "metadata": {}}
+    )
+    builder = ResponseBuilder(
+        response_id="resp_1",
+        model="m",
+        created_at=1,
+        echo=request_echo(parsed),
+        background=background,
+        emit=frames.append,
+    )
+    builder.start()
+    builder.mark_in_progress()
+    builder.finish("completed", now=2)
+    events = [decode_event(frame) for frame in frames]
+    assert [encode_event(event) for event in events] == frames
+    expected = ["response.created", "response.in_progress", "response.completed"]
+    if background:
+        expected.insert(1, "response.queued")
+    assert [event["type"] for event in events] == expected
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    in_progress = events[-2]["response"]
+    assert in_progress["status"] == "in_progress"
+    assert events[0]["response"] == (
+        {**in_progress, "status": "queued"} if background else in_progress
+    )
+
+
+def test_in_progress_carries_what_changed_since_created() -> None:
+    events: list[dict[str, Any]] = []
+    builder = _builder(events)
+    builder.start()
+    builder.open_message()
+    builder.delta("early")
+    builder.close_item()
+    builder.mark_in_progress()
+    assert events[0]["response"]["output"] == []
+    in_progress = events[-1]
+    assert in_progress["type"] == "response.in_progress"
+    assert [item["content"][0]["text"] for item in in_progress["response"]["output"]] == ["early"]
+
+
 def test_sse_frame_round_trip() -> None:
     event = {"type": "response.output_text.delta", "delta": "héllo\n\n🙂", "sequence_number": 3}
     frame = encode_event(event)

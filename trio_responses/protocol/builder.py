@@ -20,7 +20,14 @@ from typing import Any, Literal
 from .ids import new_id
 from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
 from .request import CreateRequest, FunctionTool, McpTool
-from .sse import DeltaPrefix, delta_frame, delta_prefix, encode_event
+from .sse import (
+    DeltaPrefix,
+    delta_frame,
+    delta_prefix,
+    encode_event,
+    encode_json,
+    encode_response_event,
+)
 
 Event = dict[str, Any]
 Emit = Callable[[bytes], None]
@@ -168,6 +175,8 @@ class ResponseBuilder:
         self._echo = echo
         self._emit = emit
         self._sequence = 0
+        self._started: tuple[dict[str, Any], str] | None = None
+        """The snapshot ``response.created`` carried, and its JSON (`mark_in_progress`)."""
         self._open: _OpenItem | None = None
         self._listing: tuple[int, dict[str, Any]] | None = None
         self.seal_reasoning: Callable[[str], str] | None = None
@@ -213,15 +222,27 @@ class ResponseBuilder:
 
     def start(self) -> None:
         """Emit ``response.created`` (and ``response.queued`` for background)."""
-        self._event({"type": "response.created", "response": self.snapshot()})
+        snapshot = self.snapshot()
+        response = encode_json(snapshot)
+        self._response_event("response.created", response)
         if self.background:
-            self._event({"type": "response.queued", "response": self.snapshot()})
+            self._response_event("response.queued", response)
+        self._started = (snapshot, response)
 
     def mark_in_progress(self) -> None:
-        """Emit ``response.in_progress``; moves a queued response on."""
+        """Emit ``response.in_progress``; moves a queued response on.
+
+        A response that was not queued usually carries what ``response.created``
+        did: then it is not encoded again.
+        """
         if self.status == "queued":
             self._transition("in_progress")
-        self._event({"type": "response.in_progress", "response": self.snapshot()})
+        snapshot = self.snapshot()
+        started, self._started = self._started, None
+        if started is not None and started[0] == snapshot:
+            self._response_event("response.in_progress", started[1])
+        else:
+            self._event({"type": "response.in_progress", "response": snapshot})
 
     def finish(
         self,
@@ -588,6 +609,11 @@ class ResponseBuilder:
         event["sequence_number"] = self._sequence
         self._sequence += 1
         self._emit(encode_event(event))
+
+    def _response_event(self, event_type: str, response: str) -> None:
+        """`_event` of a lifecycle event whose Response object is encoded already."""
+        self._sequence += 1
+        self._emit(encode_response_event(event_type, response, self._sequence - 1))
 
 
 def terminal_frame(response: dict[str, Any], sequence_number: int) -> bytes:

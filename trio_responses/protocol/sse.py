@@ -31,6 +31,19 @@ def encode_event(event: dict[str, Any]) -> bytes:
     )
 
 
+def encode_response_event(event_type: str, response: str, sequence_number: int) -> bytes:
+    """`encode_event` of ``{"type", "response", "sequence_number"}`` whose response
+    is encoded already (`encode_json`): events that carry the same Response object
+    encode it once."""
+    return b'event: %s\nid: %d\ndata: {"type":%s,"response":%s,"sequence_number":%d}\n\n' % (
+        event_type.encode(),
+        sequence_number,
+        _dumps(event_type).encode(),
+        response.encode(),
+        sequence_number,
+    )
+
+
 _TERMINAL_PREFIXES = (
     b"event: response.completed\n",
     b"event: response.incomplete\n",
