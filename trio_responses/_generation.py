@@ -187,7 +187,10 @@ async def generate_response(
                         stop_token_ids=stop_tokens(),
                     ),
                 ),
-                translator.feed if timer is None else timer.watch(translator.feed),
+                partial(
+                    job.log.batched,
+                    translator.feed if timer is None else timer.watch(translator.feed),
+                ),
             )
         except (EngineError, MalformedOutput) as error:
             _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)

@@ -409,3 +409,48 @@ async def test_takers_are_offered_at_most_a_wave_per_append() -> None:
         assert offered == [1] * WAKE_WAVE + [0] * 5
         assert woken == [0] * WAKE_WAVE + [1] * 5
         log.close()
+
+
+async def test_frames_appended_in_a_batch_reach_readers_together() -> None:
+    """What `EventLog.batched` appends is offered to a taker once, in one list, and
+    wakes a reader without one once; appends after it are offered as they come."""
+    log = EventLog(max_events=100, max_bytes=1 << 20)
+    subscription = LogSubscription(log, -1)
+    offers: list[list[bytes]] = []
+    woken: list[list[bytes]] = []
+
+    def take(frames: list[bytes]) -> tuple[int, bool]:
+        offers.append(list(frames))
+        return len(frames), True
+
+    async def taker() -> None:
+        while not subscription.closed:
+            await subscription.receive_frames_or_give(take)
+
+    async def reader() -> None:
+        follower = LogSubscription(log, -1)
+        while frames := await follower.receive_frames():
+            woken.append(frames)
+
+    offered_meanwhile: list[int] = []
+
+    def step(numbers: range) -> None:
+        for n in numbers:
+            log.append(_frame(n))
+            offered_meanwhile.append(len(offers))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(taker)
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        log.batched(step, range(3))
+        assert offered_meanwhile == [0, 0, 0]
+        assert offers == [[_frame(0), _frame(1), _frame(2)]]
+        await trio.testing.wait_all_tasks_blocked()
+        assert woken == [[_frame(0), _frame(1), _frame(2)]]
+        log.batched(step, range(3, 3))  # nothing appended: nobody is offered anything
+        log.append(_frame(3))
+        log.append(_frame(4))
+        assert offers[1:] == [[_frame(3)], [_frame(4)]]
+        log.close()
+    assert subscription.cursor == 4

@@ -42,6 +42,12 @@ no task switch per event. Readers that did not take them, and whoever waits
 without subscribing (the job's recorder), are woken as usual. While the flush
 window holds appends (a fast producer, several readers), nothing is offered:
 everyone takes the held frames when the window ends, in one write.
+
+The frames one engine step makes for a response (often several: an item's last
+delta and end, the next item's start) are appended in a batch (`batched`): the
+readers are offered or woken once, when it ends, so a reader that takes them
+directly writes them in one write, not the first alone and the rest after a
+wake-up.
 """
 
 from __future__ import annotations
@@ -49,9 +55,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import final
+from typing import TypeVar, final
 
 import trio
+
+T = TypeVar("T")
 
 WAKE_WAVE = 64
 """Most parked readers one wake-up reschedules at once (the rest follow in waves)."""
@@ -101,6 +109,7 @@ class EventLog:
         self._last_wake = -float("inf")
         # Readers parked with a direct taker (see the module docstring), oldest first.
         self._takers: dict[trio.lowlevel.Task, Callable[[], bool]] = {}
+        self._batching = False  # in `batched`: appends are announced when it returns
         self.finished_at: float | None = None
         self.subscribers = 0
         """Open `Subscription` objects reading this log."""
@@ -116,20 +125,44 @@ class EventLog:
         self._ends.append(self._appended_bytes)
         self._bytes += len(frame)
         self._trim()
+        if not self._batching and self._parked:
+            self._announce()
+
+    def batched(self, produce: Callable[[T], None], value: T) -> None:
+        """``produce(value)``, whose appends reach the readers together when it
+        returns: one offer to each direct taker (one write) and one wake-up, not
+        one per frame. An engine step's tokens often make several events (an
+        item's end, the next one's start); the producer's other appends (the
+        response's lifecycle events) go on as they come.
+        """
+        if self._batching:
+            produce(value)
+            return
+        self._batching = True
+        before = self.next_sequence_number
+        try:
+            produce(value)
+        finally:
+            self._batching = False
+            if self.next_sequence_number != before and not self._closed and self._parked:
+                self._announce()
+
+    def _announce(self) -> None:
+        """New frames for the parked readers (some are): offer them to direct
+        takers, wake the rest."""
         parked = self._parked
-        if parked:
-            served = self._give() if self._takers and not self._holding() else None
-            if not served:
-                self._notify()
-            elif len(served) < len(parked):
-                # Wake the others (readers that did not take, the job's recorder,
-                # which waits without subscribing) but not the readers served.
-                for task in served:
-                    del parked[task]
-                self._notify()
-                wakes = self._wakes
-                for task in served:
-                    parked[task] = wakes  # as if parked after this wake-up
+        served = self._give() if self._takers and not self._holding() else None
+        if not served:
+            self._notify()
+        elif len(served) < len(parked):
+            # Wake the others (readers that did not take, the job's recorder,
+            # which waits without subscribing) but not the readers served.
+            for task in served:
+                del parked[task]
+            self._notify()
+            wakes = self._wakes
+            for task in served:
+                parked[task] = wakes  # as if parked after this wake-up
 
     def close(self) -> None:
         """No more frames: readers finish once they have read everything."""
