@@ -110,6 +110,7 @@ class EventLog:
         # Readers parked with a direct taker (see the module docstring), oldest first.
         self._takers: dict[trio.lowlevel.Task, Callable[[], bool]] = {}
         self._batching = False  # in `batched`: appends are announced when it returns
+        self._unannounced = False  # frames appended in this batch
         self.finished_at: float | None = None
         self.subscribers = 0
         """Open `Subscription` objects reading this log."""
@@ -125,7 +126,9 @@ class EventLog:
         self._ends.append(self._appended_bytes)
         self._bytes += len(frame)
         self._trim()
-        if not self._batching and self._parked:
+        if self._batching:
+            self._unannounced = True
+        elif self._parked:
             self._announce()
 
     def batched(self, produce: Callable[[T], None], value: T) -> None:
@@ -139,13 +142,14 @@ class EventLog:
             produce(value)
             return
         self._batching = True
-        before = self.next_sequence_number
         try:
             produce(value)
         finally:
             self._batching = False
-            if self.next_sequence_number != before and not self._closed and self._parked:
-                self._announce()
+            if self._unannounced:
+                self._unannounced = False
+                if self._parked and not self._closed:
+                    self._announce()
 
     def _announce(self) -> None:
         """New frames for the parked readers (some are): offer them to direct
