@@ -13,7 +13,11 @@ from trio_responses.protocol.request import parse_create_request
 from trio_responses.protocol.sse import decode_event, encode_event, split_frames
 
 
-def _builder(events: list[dict[str, Any]], **request: Any) -> ResponseBuilder:
+def _builder(
+    events: list[dict[str, Any]], *, frames: list[bytes] | None = None, **request: Any
+) -> ResponseBuilder:
+    """A builder for ``request`` whose events go to ``events`` (decoded), or to
+    ``frames`` as they are."""
     parsed = parse_create_request({"model": "m", **request})
     return ResponseBuilder(
         response_id="resp_test",
@@ -21,7 +25,7 @@ def _builder(events: list[dict[str, Any]], **request: Any) -> ResponseBuilder:
         created_at=1.0,
         echo=request_echo(parsed),
         background=parsed.background,
-        emit=lambda frame: events.append(decode_event(frame)),
+        emit=frames.append if frames is not None else lambda f: events.append(decode_event(f)),
     )
 
 
@@ -114,16 +118,13 @@ def test_lifecycle_frames_are_what_encode_event_writes(background: bool) -> None
     # created, queued and in_progress share one encoding of the response where it
     # is the same: each frame is still exactly the event's own encoding.
     frames: list[bytes] = []
-    parsed = parse_create_request(
-        {"model": "m", "input": "héllo 🙂", "instructions": 'be "brief"\n', "metadata": {}}
-    )
-    builder = ResponseBuilder(
-        response_id="resp_1",
-        model="m",
-        created_at=1,
-        echo=request_echo(parsed),
+    builder = _builder(
+        [],
+        frames=frames,
+        input="héllo 🙂",
+        instructions='be "brief"\n',
+        metadata={},
         background=background,
-        emit=frames.append,
     )
     builder.start()
     builder.mark_in_progress()

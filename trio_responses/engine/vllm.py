@@ -294,13 +294,7 @@ class VllmEngine:
                 if state is None:  # aborted meanwhile: vLLM ignores these too
                     continue
                 if state.is_prefilling:
-                    prefill = output.prefill_stats
-                    if prefill is not None:
-                        state.num_cached_tokens = prefill.num_cached_tokens
-                        state.num_cache_creation_tokens = prefill.num_cache_creation_tokens
-                    if state.remote_prefill_cached_tokens is not None:
-                        state.num_cached_tokens = state.remote_prefill_cached_tokens
-                    state.is_prefilling = False
+                    _prefill_ended(state, output)
                 finish = output.finish_reason
                 self._deliver(
                     stream,
@@ -451,6 +445,18 @@ class VllmEngine:
                     await trio_asyncio.aio_as_trio(self._llm.abort)(list(self._running))
         with trio.move_on_after(self._cleanup_timeout_s * 3):
             await trio.to_thread.run_sync(self._llm.shutdown, abandon_on_cancel=True)
+
+
+def _prefill_ended(state: Any, output: EngineCoreOutput) -> None:
+    """What vLLM's output processor notes of a request (its ``RequestState``) at its
+    first output: the prompt tokens found in the prefix cache (or a remote one)."""
+    prefill = output.prefill_stats
+    if prefill is not None:
+        state.num_cached_tokens = prefill.num_cached_tokens
+        state.num_cache_creation_tokens = prefill.num_cache_creation_tokens
+    if state.remote_prefill_cached_tokens is not None:
+        state.num_cached_tokens = state.remote_prefill_cached_tokens
+    state.is_prefilling = False
 
 
 def _plain(params: SamplingParams) -> bool:
