@@ -8,8 +8,10 @@ SPEC_PATH holds ``{"host", "port", "pid", "requests": [raw HTTP request, ...],
 stream it notes the arrival time (``time.monotonic``) of each
 ``response.output_text.delta`` event and the response id. It also samples the
 server's CPU (``/proc/PID/stat`` utime+stime, clock ticks) when every stream has
-its first text delta and when the first stream ends: the steady window, with
-every stream running and none starting or finishing.
+its first text delta and when the first stream has its last one: the steady
+window, with every stream running and none starting or finishing. The last is
+the ``text_tokens``-th (the spec's; without it, the window ends when the first
+stream ends, which takes in the end of the streams that finished before it).
 
 With ``wait_ready`` it prints ``ready`` once every stream has its first bytes,
 then waits for a line on stdin before the clock starts (fan-out: the readers
@@ -41,8 +43,9 @@ def cpu_ticks(pid: int) -> int:
 
 
 class Streams:
-    def __init__(self, count: int, pid: int) -> None:
+    def __init__(self, count: int, pid: int, text_tokens: int | None) -> None:
         self.pid = pid
+        self.text_tokens = text_tokens
         self.without_delta = count
         self.without_bytes = count
         self.ready = trio.Event()
@@ -54,6 +57,11 @@ class Streams:
         self.without_delta -= 1
         if self.without_delta == 0 and "start" not in self.window:
             self.window.update(start=time.monotonic(), start_ticks=cpu_ticks(self.pid))
+
+    def text_deltas(self, arrived: int) -> None:
+        """A stream has ``arrived`` text deltas so far."""
+        if self.text_tokens is not None and arrived >= self.text_tokens:
+            self.ended()
 
     def ended(self) -> None:
         if "start" in self.window and "end" not in self.window:
@@ -84,6 +92,7 @@ async def read(host: str, port: int, request: bytes, index: int, streams: Stream
                 if not arrivals:
                     streams.first_delta()
                 arrivals.extend([now] * count)
+                streams.text_deltas(len(arrivals))
             tail = data[-(len(DELTA) - 1) :]
     streams.ended()
 
@@ -91,7 +100,8 @@ async def read(host: str, port: int, request: bytes, index: int, streams: Stream
 async def main(spec: dict[str, object]) -> None:
     host, port, pid = str(spec["host"]), int(spec["port"]), int(spec["pid"])  # type: ignore[call-overload]
     requests = [str(request).encode("latin-1") for request in spec["requests"]]  # type: ignore[attr-defined]
-    streams = Streams(len(requests), pid)
+    text_tokens = spec.get("text_tokens")
+    streams = Streams(len(requests), pid, None if text_tokens is None else int(text_tokens))  # type: ignore[call-overload]
     async with trio.open_nursery() as nursery:
         for index, request in enumerate(requests):
             nursery.start_soon(read, host, port, request, index, streams)

@@ -31,8 +31,11 @@ Figures:
   first request to after the last stream ends, over the output tokens generated
   (the engine's count); request setup included.
 * CPU/token (steady): the same over the window in which every stream is running
-  (each has its first text delta, none has ended), over the text deltas that
-  arrived inside it; request setup and teardown excluded.
+  (each has its first text delta, none has its last yet), over the text deltas
+  that arrived inside it; request setup and teardown excluded. (Until 2026-12-03
+  the window ended when the first stream ended: by then the server had finished
+  most of the others too, ~0.1 s of CPU at 256 streams, so figures from
+  before then count some teardown.)
 * added latency: for each ``response.output_text.delta``, its arrival at the
   client minus the moment the engine handed its token to the server (the server
   process notes ``time.monotonic()`` per token; the clock is system-wide). The
@@ -167,9 +170,16 @@ async def start_server(**fields: object) -> PacedServer:
 
 
 async def run_clients(
-    host: str, port: int, pid: int, requests: list[bytes], *, wait_ready: bool = False
+    host: str,
+    port: int,
+    pid: int,
+    requests: list[bytes],
+    *,
+    wait_ready: bool = False,
+    text_tokens: int | None = None,
 ) -> tuple[trio.Process, dict[str, object]] | trio.Process:
     spec = {
+        "text_tokens": text_tokens,
         "host": host,
         "port": port,
         "pid": pid,
@@ -231,7 +241,9 @@ async def scripted(count: int, *, stepped: bool = False) -> Figures:
         )
         await read_all(warm)  # type: ignore[arg-type]
         before, start = cpu_seconds(server.pid), time.monotonic()
-        clients = await run_clients(server.host, server.port, server.pid, [request] * count)
+        clients = await run_clients(
+            server.host, server.port, server.pid, [request] * count, text_tokens=text_tokens
+        )
         result = json.loads(await read_all(clients))  # type: ignore[arg-type]
         cpu, wall = cpu_seconds(server.pid) - before, time.monotonic() - start
     finally:
