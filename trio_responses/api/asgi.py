@@ -105,6 +105,13 @@ class ChunkedBody:
     Not offered for HEAD requests (no body goes on the wire).
     """
 
+    __slots__ = (
+        "_connection",
+        "_head",
+        "_last",
+        "_started",
+    )
+
     def __init__(self, connection: RawConnection) -> None:
         self._connection = connection
         self._head = b""

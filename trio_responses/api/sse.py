@@ -54,6 +54,20 @@ rest when the stream ends): a counter's lock costs about as much as the write.""
 class SSEBody:
     """Async iterator of byte chunks for a streaming HTTP response."""
 
+    __slots__ = (
+        "_direct",
+        "_finished",
+        "_keepalive_s",
+        "_last_write",
+        "_metrics",
+        "_on_close",
+        "_pending",
+        "_subscription",
+        "_uncounted",
+        "_write_last",
+        "_writing",
+    )
+
     def __init__(
         self,
         subscription: Subscription,

@@ -81,6 +81,29 @@ class SubscriberLagged(Exception):
 class EventLog:
     """Bounded, append-only log of SSE frames numbered 0, 1, 2…"""
 
+    __slots__ = (
+        "_appended_bytes",
+        "_batching",
+        "_bytes",
+        "_closed",
+        "_ends",
+        "_first",
+        "_flush_s",
+        "_frames",
+        "_head",
+        "_held",
+        "_last_wake",
+        "_leader",
+        "_max_bytes",
+        "_max_events",
+        "_parked",
+        "_takers",
+        "_unannounced",
+        "_wakes",
+        "finished_at",
+        "subscribers",
+    )
+
     def __init__(self, *, max_events: int, max_bytes: int, flush_s: float = 0.0) -> None:
         """``flush_s``: the flush window in seconds (0: wake readers on every append).
 

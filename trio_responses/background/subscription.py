@@ -57,6 +57,8 @@ class Subscription(Protocol):
 class _Decoding:
     """``async for`` over decoded events, on top of ``receive_frames``."""
 
+    __slots__ = ("_pending",)
+
     _pending: list[bytes]
 
     async def receive_frames(self) -> list[bytes]:
@@ -89,6 +91,13 @@ class LogSubscription(_Decoding):
 
     Not constructed directly: use `ResponsesService.subscribe`.
     """
+
+    __slots__ = (
+        "_cursor",
+        "_log",
+        "_max_batch_bytes",
+        "_open",
+    )
 
     def __init__(self, log: EventLog, starting_after: int, *, max_batch_bytes: int = 1 << 18):
         self._log = log

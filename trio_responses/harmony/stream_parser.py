@@ -118,6 +118,21 @@ _HEADER, _CONTENT, _BETWEEN, _RUST = range(4)
 class StreamParser:
     """Parse one assistant turn token by token (see the module)."""
 
+    __slots__ = (
+        "_after_start",
+        "_header",
+        "_header_special",
+        "_header_tokens",
+        "_message",
+        "_rust",
+        "_start",
+        "_state",
+        "_stops",
+        "current_channel",
+        "current_recipient",
+        "last_content_delta",
+    )
+
     def __init__(self) -> None:
         special = special_tokens()
         self._start = special.start

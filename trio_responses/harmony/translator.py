@@ -71,6 +71,23 @@ def default_router(recipient: str) -> RecipientKind:
 class TurnTranslator:
     """Translate one turn of model output. Feed tokens, then call `finish`."""
 
+    __slots__ = (
+        "_builder",
+        "_call",
+        "_captured",
+        "_closing",
+        "_done",
+        "_kind",
+        "_message",
+        "_parser",
+        "_recipient",
+        "_returned",
+        "_router",
+        "_structural",
+        "reasoning_tokens",
+        "tokens",
+    )
+
     def __init__(self, builder: ResponseBuilder, router: Router = default_router) -> None:
         self._builder = builder
         self._router = router

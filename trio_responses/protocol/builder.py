@@ -69,7 +69,7 @@ class Usage:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _OpenItem:
     kind: ItemKind
     index: int
@@ -151,6 +151,26 @@ class ResponseBuilder:
     Not thread-safe; one producer task drives it. Raises `IllegalTransition`
     (a bug, never user input) on an impossible status change.
     """
+
+    __slots__ = (
+        "_echo",
+        "_emit",
+        "_listing",
+        "_open",
+        "_sequence",
+        "_started",
+        "background",
+        "completed_at",
+        "created_at",
+        "error",
+        "id",
+        "incomplete_reason",
+        "model",
+        "output",
+        "seal_reasoning",
+        "status",
+        "usage",
+    )
 
     def __init__(
         self,
