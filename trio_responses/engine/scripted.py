@@ -37,7 +37,7 @@ from .script import Script, plan
 YIELD_INTERVAL_S = 0.001
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Stepped:
     """One request played back by the clock: where it is, and how it ended."""
 
@@ -52,22 +52,22 @@ class _Stepped:
     error: BaseException | None = None
     done: trio.Event = field(default_factory=trio.Event)
 
-    def step(self) -> None:
-        """Hand over the next token, or end (one decode step)."""
+    def step(self) -> bool:
+        """Hand over the next token, or end (one decode step). True once ended."""
         index = self.next_index
         if index >= len(self.tokens):
             self._end("stop")
-            return
+            return True
         if index >= self.limit:
             self._end("length")
-            return
+            return True
         if self.fail_after is not None and index >= self.fail_after:
             self.error = EngineError(
                 f"The scripted engine failed after {index} tokens, "
                 f"as the request asked (fail:{self.fail_after})."
             )
             self.done.set()
-            return
+            return True
         token = self.tokens[index]
         self.next_index = index + 1
         try:
@@ -75,9 +75,11 @@ class _Stepped:
         except Exception as error:  # raised in the request's own task
             self.error = error
             self.done.set()
-            return
+            return True
         if token in self.stop:
             self._end("stop")
+            return True
+        return False
 
     def _end(self, reason: FinishReason) -> None:
         self.finish_reason = reason
@@ -216,10 +218,8 @@ class ScriptedEngine:
                 next_tick = trio.current_time() + delay
             await trio.sleep_until(next_tick)
             for key, state in list(on_clock.items()):
-                if state.done.is_set():
-                    continue
-                state.step()
-                if state.done.is_set() and on_clock.get(key) is state:
+                # An ended request leaves the clock at once (here, or in its task).
+                if state.step() and on_clock.get(key) is state:
                     del on_clock[key]
             next_tick = max(next_tick + delay, trio.current_time())
 
