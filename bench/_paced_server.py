@@ -47,8 +47,10 @@ class TimedEngine:
         monotonic = time.monotonic
 
         def timed(tokens: Sequence[int]) -> None:
-            now = monotonic()
-            times.extend([now] * len(tokens))
+            if len(tokens) == 1:  # one token a step: no list to build
+                times.append(monotonic())
+            else:
+                times.extend([monotonic()] * len(tokens))
             sink(tokens)
 
         result: GenerationResult = await self._inner.generate(request, timed)
