@@ -3,9 +3,9 @@
     python bench/_sse_clients.py SPEC_PATH
 
 SPEC_PATH holds ``{"host", "port", "pid", "requests": [raw HTTP request, ...],
-"wait_ready": bool}``. Each request is sent on its own connection
-(``Connection: close``: a stream ends at EOF) and read to the end. For every
-stream it notes the arrival time (``time.monotonic``) of each
+"wait_ready": bool, "text_tokens": int or null}``. Each request is sent on its
+own connection (``Connection: close``: a stream ends at EOF) and read to the
+end. For every stream it notes the arrival time (``time.monotonic``) of each
 ``response.output_text.delta`` event and the response id. It also samples the
 server's CPU (``/proc/PID/stat`` utime+stime, clock ticks) when every stream has
 its first text delta and when the first stream has its last one: the steady

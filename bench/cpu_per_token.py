@@ -32,10 +32,10 @@ Figures:
   (the engine's count); request setup included.
 * CPU/token (steady): the same over the window in which every stream is running
   (each has its first text delta, none has its last yet), over the text deltas
-  that arrived inside it; request setup and teardown excluded. (Until 2026-12-03
-  the window ended when the first stream ended: by then the server had finished
-  most of the others too, ~0.1 s of CPU at 256 streams, so figures from
-  before then count some teardown.)
+  that arrived inside it; request setup and teardown excluded. (Before commit
+  838d0e8 the window ended when the first stream ended: by then the server had
+  finished most of the others too, ~0.1 s of CPU at 256 streams, so figures
+  from before then count some teardown.)
 * added latency: for each ``response.output_text.delta``, its arrival at the
   client minus the moment the engine handed its token to the server (the server
   process notes ``time.monotonic()`` per token; the clock is system-wide). The

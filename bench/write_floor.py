@@ -20,6 +20,7 @@ import selectors
 import socket
 import sys
 import time
+import traceback
 
 RATE = 2000.0
 STEPS = 60
@@ -47,8 +48,12 @@ def measure(count: int) -> str:
         listener.listen(count)
         port = listener.getsockname()[1]
         child = os.fork()
-        if child == 0:
-            read_all(port, count)
+        if child == 0:  # never back into the parent's code, even on an error
+            try:
+                read_all(port, count)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
             os._exit(0)
         connections = [listener.accept()[0] for _ in range(count)]
     for connection in connections:  # as the server's sockets are

@@ -218,7 +218,7 @@ class ScriptedEngine:
                 next_tick = trio.current_time() + delay
             await trio.sleep_until(next_tick)
             for key, state in list(on_clock.items()):
-                # An ended request leaves the clock at once (here, or in its task).
+                # An ended request leaves the clock at once (a cancelled one, in its task).
                 if state.step() and on_clock.get(key) is state:
                     del on_clock[key]
             next_tick = max(next_tick + delay, trio.current_time())
