@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
@@ -11,14 +10,9 @@ from typing import Any
 import pytest
 import trio
 
-# openai-harmony downloads its vocab on first use; offline, point it at a local copy.
-_SHARED_VOCAB = pathlib.Path(__file__).resolve().parents[2] / "shared" / "harmony"
-if "TIKTOKEN_ENCODINGS_BASE" not in os.environ and _SHARED_VOCAB.is_dir():
-    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(_SHARED_VOCAB)
-
-from tests.redis_server import RedisServer, running_redis  # noqa: E402
-from tests.support import Server, run_server  # noqa: E402
-from trio_responses import Config  # noqa: E402
+from tests.redis_server import RedisServer, running_redis
+from tests.support import Server, run_server
+from trio_responses import Config
 
 StartServer = Callable[..., Awaitable[Server]]
 

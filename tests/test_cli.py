@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import pathlib
 import re
+import socket
 import subprocess
 import sys
 
 import httpx2
+import openai
 import pytest
 import trio
 
@@ -59,15 +64,121 @@ def test_help_documents_every_option_with_its_variable(capsys: pytest.CaptureFix
         assert variable in text
 
 
-def test_bad_values_are_reported() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "trio_responses", "serve", "--port", "70000"],
+def _serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``trio-responses serve FLAGS`` run to its end (it is expected not to start)."""
+    return subprocess.run(
+        [sys.executable, "-m", "trio_responses", "serve", *flags],
         capture_output=True,
         text=True,
         check=False,
+        timeout=120,
+        env={**os.environ, **(env or {})},
     )
-    assert result.returncode == 2
-    assert "port must be between 0 and 65535" in result.stderr
+
+
+def _complaints(stderr: str) -> list[str]:
+    """What the command said besides its INFO lines (start-up notes)."""
+    return [line for line in stderr.splitlines() if line and " INFO " not in line]
+
+
+def _assert_usage_error(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    """Exit 2, ``serve``'s own usage line, then one line saying what is wrong."""
+    assert result.returncode == 2, result.stderr
+    usage, error = result.stderr.splitlines()
+    assert usage.startswith("usage: trio-responses serve [OPTIONS]")
+    assert error.startswith("trio-responses serve: error: ")
+    for text in expected:
+        assert text in error
+
+
+def _assert_one_line(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    """Exit 1 and one ERROR line saying what is wrong; no traceback."""
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = _complaints(result.stderr)
+    assert " ERROR " in line
+    for text in expected:
+        assert text in line, line
+
+
+def test_bad_values_are_reported() -> None:
+    _assert_usage_error(_serve("--port", "70000"), "port must be between 0 and 65535")
+    _assert_usage_error(_serve("--port", "abc"), "--port", "'abc'")
+    _assert_usage_error(_serve(env={"TRIO_RESPONSES_PORT": "abc"}), "TRIO_RESPONSES_PORT", "'abc'")
+    _assert_usage_error(
+        _serve(env={"TRIO_RESPONSES_LOG_LEVEL": "loud"}), "TRIO_RESPONSES_LOG_LEVEL", "'loud'"
+    )
+
+
+@pytest.mark.parametrize("pattern", ["not a pattern!!", "127.0.0.1:99999", "mcp.example.com/x"])
+def test_host_patterns_are_checked_before_start(pattern: str) -> None:
+    _assert_usage_error(_serve("--mcp-allow-host", pattern), f"--mcp-allow-host {pattern!r}")
+
+
+@pytest.mark.parametrize(
+    "pattern", ["mcp.example.com", "*.internal:8080", "10.0.0.0/8", "[::1]:8080", "::1", "10.0.*"]
+)
+def test_host_patterns_of_every_documented_kind_are_accepted(pattern: str) -> None:
+    assert _config(["--mcp-allow-host", pattern]).mcp_allow_hosts == (pattern,)  # type: ignore[attr-defined]
+
+
+def test_a_port_in_use_is_one_line_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _serve("--port", str(port))
+    _assert_one_line(
+        result, f"cannot listen on 127.0.0.1:{port}", "Address already in use", "--port"
+    )
+
+
+def test_the_traceback_is_shown_at_debug_level() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = _serve("--port", str(taken.getsockname()[1]), "--log-level", "debug")
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "OSError" in result.stderr
+
+
+def test_a_model_without_vllm_names_the_install_command() -> None:
+    # Whatever this environment has installed, the child cannot import vLLM's bridge.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['trio_asyncio'] = sys.modules['vllm'] = None; "
+            "from trio_responses.cli import main; sys.exit(main())",
+            "serve",
+            "--port",
+            "0",
+            "--model",
+            "openai/gpt-oss-20b",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    _assert_one_line(result, "--model needs the vLLM engine", "pip install -e '.[vllm]'")
+
+
+def test_a_wrong_vocabulary_folder_names_the_folder_and_the_variable(
+    tmp_path: pathlib.Path,
+) -> None:
+    result = _serve("--port", "0", env={"TIKTOKEN_ENCODINGS_BASE": str(tmp_path)})
+    _assert_one_line(result, f"TIKTOKEN_ENCODINGS_BASE={str(tmp_path)!r}", "o200k_base.tiktoken")
+
+
+def test_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: ]" not in text
+    assert "TRIO_RESPONSES_API_KEY; default: none]" in text
+    assert "TRIO_RESPONSES_DASHBOARD; default: off]" in text
+    assert "TRIO_RESPONSES_PORT; default: 8000]" in text
 
 
 async def test_serve_command_answers_and_stops_on_sigterm(nursery: trio.Nursery) -> None:
@@ -172,3 +283,35 @@ def test_an_unreachable_store_is_reported_without_its_password() -> None:
 )
 def test_store_urls_are_shown_without_passwords(url: str, shown: str) -> None:
     assert redacted_url(url) == shown
+
+
+async def test_sigterm_after_a_websocket_session_exits_within_the_grace_period(
+    nursery: trio.Nursery,
+) -> None:
+    # A cleanup budget much longer than the grace period: waiting for connections
+    # (up to grace + cleanup) would show.
+    grace_s = 3
+    command = await ServeCommand.start(
+        nursery, "--shutdown-grace", str(grace_s), "--cleanup-timeout", "20"
+    )
+
+    async def session() -> str:
+        client = openai.AsyncOpenAI(base_url=command.url + "/v1", api_key="unused", max_retries=0)
+        try:
+            async with client.responses.connect() as connection:
+                await connection.send(
+                    {"type": "response.create", "model": "gpt-oss-scripted", "input": "hi"}
+                )
+                async for event in connection:
+                    if event.type == "response.completed":
+                        return event.response.output_text
+        finally:
+            await client.close()
+        raise AssertionError("the stream ended without response.completed")
+
+    answer = await trio.to_thread.run_sync(lambda: asyncio.run(session()))
+    assert answer == "You said: hi"
+    await command.wait_for(rb"WebSocket /v1/responses closed")
+    started = trio.current_time()
+    assert await command.stop(timeout_s=60) == 0, command.log.decode()
+    assert trio.current_time() - started < grace_s + 1, command.log.decode()

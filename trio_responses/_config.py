@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import ipaddress
 import re
 import shlex
 import sys
@@ -36,6 +37,47 @@ _STORE_SCHEMES: dict[str, StoreKind] = {
 
 _ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]+")
 """A web origin as browsers send it in ``Origin``: scheme, host and optional port."""
+
+
+_HOST_NAME_PATTERN = re.compile(r"[a-z0-9_*?-]+(?:\.[a-z0-9_*?-]+)*\.?")
+"""A host name pattern of ``--mcp-allow-host``: dot-separated labels, ``*``/``?`` wildcards."""
+
+
+def check_host_pattern(pattern: str) -> None:
+    """Refuse an ``--mcp-allow-host`` pattern that can match nothing as meant.
+
+    Accepted (see ``tools.hosts``): a host name with ``*``/``?`` wildcards, an IPv4 or
+    IPv6 address or CIDR network (IPv6 in brackets when a port follows), each
+    optionally with ``:PORT``.
+
+    Raises:
+        ValueError: anything else, saying what is accepted.
+    """
+    text = pattern.strip().lower()
+    if _is_network(text):
+        return
+    head, sep, tail = text.rpartition(":")
+    if sep and tail.isdigit():
+        if not 1 <= int(tail) <= 65535:
+            raise ValueError(f"--mcp-allow-host {pattern!r}: the port must be 1 to 65535")
+        text = head
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    if _is_network(text) or _HOST_NAME_PATTERN.fullmatch(text):
+        return
+    raise ValueError(
+        f"--mcp-allow-host {pattern!r} is not a host pattern: use a host name "
+        "('mcp.example.com', '*.internal'), an address or network ('10.0.0.0/8', '::1'), "
+        "each optionally with ':PORT' ('[::1]:8080')"
+    )
+
+
+def _is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_key(text: str) -> bytes:
@@ -315,6 +357,8 @@ class Config:
                 raise ValueError(f"tool server {spec!r}: expected LABEL=URL or LABEL=stdio:COMMAND")
         if self.code_interpreter and any(s.startswith("python=") for s in self.tool_servers):
             raise ValueError("--code-interpreter and --tool-server python=... both define 'python'")
+        for pattern in self.mcp_allow_hosts:
+            check_host_pattern(pattern)
         for origin in self.cors_allow_origins:
             if origin != "*" and not _ORIGIN.fullmatch(origin):
                 raise ValueError(

@@ -16,6 +16,9 @@ Each error carries the hints the wire format needs (status, type, code, param)::
     │   └── StoreError                  503          server_error            store_unavailable
     └── ShuttingDownError               503          server_error            server_shutting_down
 
+    StartupError                        the server cannot start as configured (the command
+                                        prints its message as one line and exits 1)
+
 Every error has a code (the wire format's ``code`` is never null): the class's,
 unless the raise site names a more precise one (* ``invalid_value``,
 ``unknown_parameter``, ``invalid_json``…).
@@ -136,3 +139,12 @@ class ShuttingDownError(ResponsesError):
     status_hint = 503
     error_type = "server_error"
     default_code = "server_shutting_down"
+
+
+class StartupError(Exception):
+    """The server cannot start as configured: a port it cannot bind, an engine that is
+    not installed, a vocabulary it cannot load.
+
+    Not a `ResponsesError`: no request caused it. Its message is one line that says
+    what is wrong and what to do; ``trio-responses serve`` prints it and exits 1.
+    """

@@ -35,6 +35,7 @@ waiting path; only what the socket does not take at once goes that way.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -43,6 +44,7 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from functools import lru_cache, partial
 from typing import Any, cast, final
 
@@ -61,6 +63,7 @@ from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from ._config import Config
+from ._exceptions import StartupError
 from ._service import ResponsesService, open_responses_service
 from .api.asgi import connection_raw, shield_final_send
 from .api.create_route import create_asgi_app
@@ -333,6 +336,32 @@ def _server_lines(config: HypercornConfig, second: int) -> bytes | None:
     return b"".join(lines)
 
 
+_connection: ContextVar[_TCPServer | None] = ContextVar("trio_responses_connection", default=None)
+"""The connection whose task (or one of its children) runs now."""
+
+
+@final
+class _WorkerContext(WorkerContext):
+    """Hypercorn's worker context, with a ``sleep`` that ends when its connection closes.
+
+    Hypercorn's WebSocket ping loop is all that sleeps through the context: it
+    pings, sleeps ``websocket_ping_interval``, and stops once the stream is
+    closed. A client that closed its WebSocket left that sleep running, and the
+    connection's task (its socket too) with it, for up to the whole interval; a
+    shutdown waited as long. Here the sleep ends as soon as the connection's
+    reading ends, and the loop sees its stream closed.
+    """
+
+    @staticmethod
+    async def sleep(wait: float | int) -> None:
+        connection = _connection.get()
+        with trio.move_on_after(wait):
+            if connection is None:
+                await trio.sleep_forever()
+            else:
+                await connection.read_closed.wait()
+
+
 @final
 class _TCPServer(TCPServer):
     """Hypercorn's connection handler, writing synchronously what the socket takes at once.
@@ -352,15 +381,25 @@ class _TCPServer(TCPServer):
         self._chunked: tuple[H11Protocol, HTTPStream] | None = None
         """The protocol and stream whose response `start_chunked` began."""
         self._bounded = cast(BoundedWriteStream, self.stream)  # hypercorn's is typed SSL
+        self.read_closed = trio.Event()
+        """Set once nothing more is read from the connection (`_WorkerContext`)."""
 
     async def run(self) -> None:
         connection_raw.set(self)  # for this connection's task and its app tasks
+        _connection.set(self)
         try:
             await super().run()
         finally:
             self._connections.close(self._timer)
+            self.read_closed.set()
 
     async def _read_data(self) -> None:
+        try:
+            await self._read_until_closed()
+        finally:
+            self.read_closed.set()
+
+    async def _read_until_closed(self) -> None:
         timer = self._timer
         while True:
             data = None
@@ -486,6 +525,28 @@ class _TCPServer(TCPServer):
         await super().protocol_send(event)
 
 
+def _create_sockets(hconfig: HypercornConfig) -> Any:
+    """Hypercorn's listening sockets for ``hconfig.bind``.
+
+    Raises:
+        StartupError: an address cannot be bound (in use, not this machine's, not
+            resolvable), named with the reason.
+    """
+    try:
+        return hconfig.create_sockets()
+    except OSError as error:
+        where = ", ".join(hconfig.bind)
+        reason = error.strerror or str(error)
+        hint = {
+            errno.EADDRINUSE: "another process listens there: stop it, or choose another "
+            "--port (0 picks a free one)",
+            errno.EADDRNOTAVAIL: "that address is not one of this machine's: choose another "
+            "--host (127.0.0.1, or 0.0.0.0 for every interface)",
+            errno.EACCES: "ports below 1024 need privileges: choose a --port above 1023",
+        }.get(error.errno or 0, "check --host and --port")
+        raise StartupError(f"cannot listen on {where}: {reason}; {hint}") from error
+
+
 async def _serve_http(
     app: ASGIFramework,
     hconfig: HypercornConfig,
@@ -505,12 +566,12 @@ async def _serve_http(
     wrapped = wrap_app(app, hconfig.wsgi_max_body_size, "asgi")
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(wrapped, hconfig, lifespan_state)
-    context = WorkerContext(None)
+    context = _WorkerContext(None)
     async with trio.open_nursery() as lifespan_nursery:
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as handlers:
-            sockets = hconfig.create_sockets()
+            sockets = _create_sockets(hconfig)
             listeners = []
             urls = []
             for sock in sockets.insecure_sockets:

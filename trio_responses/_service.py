@@ -44,7 +44,7 @@ from .background.event_log import SubscriberLagged
 from .background.job import Job
 from .background.subscription import LogSubscription, Subscription
 from .engine import Engine, open_engine
-from .harmony.encoding import get_encoding
+from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest, check_includes, parse_create_request
@@ -722,6 +722,8 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         StoreError: the state backend cannot be opened.
         SandboxUnavailable: ``code_interpreter``, and its sandbox cannot work
             here (``python_sandbox`` is not ``none``).
+        StartupError: the harmony vocabulary cannot be loaded, or the engine is
+            not installed.
     """
     sandbox = None
     if config.code_interpreter:
@@ -737,9 +739,9 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
                 disk_bytes=config.python_disk_mb * 1024 * 1024,
             ),
         )
-    # Loading the harmony vocabulary takes a few hundred milliseconds (or a download):
-    # do it now, off the event loop, rather than inside the first request.
-    await trio.to_thread.run_sync(get_encoding)
+    # Loading the harmony vocabulary takes a few hundred milliseconds: do it now, off
+    # the event loop, rather than inside the first request.
+    await trio.to_thread.run_sync(load_encoding)
     sealer = Sealer(await trio.to_thread.run_sync(load_key, config))
     metrics = Metrics(model=config.model_name, engine=config.engine)
     pool = ToolServerPool(

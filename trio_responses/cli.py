@@ -298,7 +298,25 @@ def _default(field_name: str) -> Any:
     raise KeyError(field_name)
 
 
+def _shown_default(option: _Option) -> str:
+    """The default as ``--help`` shows it: ``none`` for no value, lists comma-separated."""
+    default = _default(option.field)
+    if option.switch:
+        return "on" if default else "off"
+    if default is None or default == ():
+        return "none"
+    if isinstance(default, tuple):
+        return ",".join(str(part) for part in default)
+    return str(default)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``trio-responses`` command line (see `main`)."""
+    return _build_parsers()[0]
+
+
+def _build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command's parser and its ``serve`` subcommand's (whose usage its errors show)."""
     parser = argparse.ArgumentParser(
         prog="trio-responses",
         description="OpenAI-compatible Responses API server for gpt-oss models, on Trio.",
@@ -306,14 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
+        # The option list is long: a mistake gets a line of usage, --help the rest.
+        usage="%(prog)s [OPTIONS]  (%(prog)s --help lists them)",
         help="run the HTTP server",
         description="Run the Responses API server. Without --model it serves the scripted "
         "engine, a deterministic stand-in for a gpt-oss model (no GPU, no weights).",
     )
     for option in _SERVE_OPTIONS:
-        default = _default(option.field)
-        shown = ",".join(default) if isinstance(default, tuple) else default
-        help_text = f"{option.help} [env {option.env}; default: {shown!s}]"
+        help_text = f"{option.help} [env {option.env}; default: {_shown_default(option)}]"
         if option.switch:
             serve.add_argument(
                 option.flag, dest=option.field, action="store_true", default=None, help=help_text
@@ -363,16 +381,23 @@ def build_parser() -> argparse.ArgumentParser:
     tool_server.add_argument(
         "--disk-mb", type=int, default=64, help="size of each run's work directory (MiB)"
     )
-    return parser
+    return parser, serve
 
 
 def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Config:
-    """Config from parsed flags, falling back to environment variables."""
+    """Config from parsed flags, falling back to environment variables.
+
+    Raises:
+        ValueError: a value that does not parse, or a setting `Config` refuses; the
+            message names the variable when the value came from one.
+    """
     values: dict[str, Any] = {}
     for option in _SERVE_OPTIONS:
         value = getattr(args, option.field, None)
+        source = option.flag
         if value is None and option.env in environ:
             raw = environ[option.env]
+            source = option.env
             if option.switch:
                 value = raw.strip().lower() in ("1", "true", "yes", "on")
             else:
@@ -382,7 +407,16 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Confi
         if option.switch:
             values[option.field] = bool(value)
             continue
-        value = tuple(option.kind(part) for part in value) if option.repeat else option.kind(value)
+        try:
+            if option.repeat:
+                value = tuple(option.kind(part) for part in value)
+            else:
+                value = option.kind(value)
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+        if option.choices is not None and value not in option.choices:
+            shown = ", ".join(option.choices)
+            raise ValueError(f"{source}: {value!r} is not one of {shown}")
         values[option.field] = value
     if "engine" not in values and values.get("model"):
         values["engine"] = "vllm"
@@ -460,14 +494,17 @@ def run_tool_server(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    """The command: 0 after a clean stop, 2 for a usage error (with the usage of
+    the command at fault), 1 when the server cannot start or stops on a failure
+    (one line each; the traceback only at ``--log-level debug``)."""
+    parser, serve = _build_parsers()
     args = parser.parse_args(argv)
     if args.command == "tool-server":
         return run_tool_server(args)
     try:
         config = config_from_args(args, dict(os.environ))
     except ValueError as error:
-        parser.error(str(error))
+        serve.error(str(error))
     configure_logging(config.log_level, config.log_format)
     if config.log_level != "debug":
         # One line per MCP HTTP request is noise at info level.
@@ -480,21 +517,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             config.model_name,
         )
     from ._config import redacted_url
+    from ._exceptions import StartupError
     from .store.base import StoreError
     from .tools.sandbox import SandboxUnavailable
 
-    failed = False
+    failures: list[tuple[str, BaseException]] = []
     try:
         trio.run(run_server, config)
+    except* StartupError as group:
+        failures += [(str(error), error) for error in _leaves(group)]
     except* StoreError as group:
-        failed = True
-        for failure in group.exceptions:
-            logger.error("cannot use the store %s: %s", redacted_url(config.store_url), failure)
-    except* SandboxUnavailable as refusals:
-        failed = True
-        for refusal in refusals.exceptions:
-            logger.error("cannot start the code interpreter: %s", refusal)
-    return 1 if failed else 0
+        failures += [
+            (f"cannot use the store {redacted_url(config.store_url)}: {error}", error)
+            for error in _leaves(group)
+        ]
+    except* SandboxUnavailable as group:
+        failures += [
+            (f"cannot start the code interpreter: {error}", error) for error in _leaves(group)
+        ]
+    except* Exception as group:
+        failures += [
+            (f"the server stopped on an unexpected error: {type(error).__name__}: {error}", error)
+            for error in _leaves(group)
+        ]
+    for message, failure in failures:
+        # The traceback helps whoever debugs the server, not whoever runs it.
+        logger.error(message.replace("\n", " "))
+        logger.debug("the traceback of that failure", exc_info=failure)
+    return 1 if failures else 0
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions in ``group`` and its nested groups."""
+    leaves: list[BaseException] = []
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            leaves += _leaves(error)
+        else:
+            leaves.append(error)
+    return leaves
 
 
 if __name__ == "__main__":  # pragma: no cover

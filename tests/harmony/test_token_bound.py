@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import os
-import pathlib
+import itertools
 import random
 
 from openai_harmony import Message, Role
@@ -24,9 +22,16 @@ DIGITS = frozenset(b"0123456789")
 
 
 def _vocabulary() -> list[bytes]:
-    folder = pathlib.Path(os.environ["TIKTOKEN_ENCODINGS_BASE"])
-    with open(folder / "o200k_base.tiktoken", "rb") as file:
-        return [base64.b64decode(line.split()[0]) for line in file if line.strip()]
+    """The bytes of every ordinary token, as the encoding the server uses holds them
+    (decoded one token at a time; ``surrogateescape`` keeps bytes that are not UTF-8)."""
+    encoding = get_encoding()
+    tokens: list[bytes] = []
+    for token in itertools.count():
+        if encoding.is_special_token(token):
+            return tokens
+        text = encoding.decode([token], errors="surrogateescape")
+        tokens.append(text.encode("utf-8", "surrogateescape"))
+    raise AssertionError("unreachable")
 
 
 def test_the_bound_s_figures_hold_for_every_token_of_the_vocabulary() -> None:

