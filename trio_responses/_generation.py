@@ -30,7 +30,7 @@ from mcp_types import REQUEST_TIMEOUT
 
 from ._exceptions import EngineError, InvalidRequestError
 from ._offload import offload
-from .background.job import Job, no_tokens
+from .background.job import Job
 from .engine.base import (
     ChoiceConstraint,
     Engine,
@@ -168,7 +168,7 @@ async def generate_response(
             job.finish("incomplete", incomplete_reason="max_output_tokens")
             return
         translator = TurnTranslator(builder, toolbox.route)
-        job.turn_tokens = partial(getattr, translator, "output_tokens")
+        job.begin_turn(translator, prompt_tokens=len(prompt))
         steering = steering_for(request, prompt_tools, forced=not called and tool_calls == 0)
         try:
             result = await _generate_turn(
@@ -193,15 +193,13 @@ async def generate_response(
                 ),
             )
         except (EngineError, MalformedOutput) as error:
-            _count(job, translator, prompt_tokens=len(prompt), cached_tokens=0)
+            job.end_turn(prompt_tokens=len(prompt), cached_tokens=0)
             message = str(error) if isinstance(error, EngineError) else f"{error}."
             job.finish("failed", error=_error(message))
             return
         # A steered turn's tool choice took output tokens no item shows.
         hidden = max(0, result.output_tokens - len(translator.tokens)) if steering.active else 0
-        _count(
-            job,
-            translator,
+        job.end_turn(
             prompt_tokens=result.prompt_tokens,
             cached_tokens=result.cached_tokens,
             hidden_tokens=hidden,
@@ -459,22 +457,6 @@ async def _run_tool(
 def _tool_result_tokens(call: ToolCall, output: str) -> list[int]:
     channel = "analysis" if call.kind in ("python", "browser") else "commentary"
     return render_tool_result(call.recipient, output, channel=channel)
-
-
-def _count(
-    job: Job,
-    translator: TurnTranslator,
-    *,
-    prompt_tokens: int,
-    cached_tokens: int,
-    hidden_tokens: int = 0,
-) -> None:
-    usage = job.builder.usage
-    usage.input_tokens += prompt_tokens
-    usage.cached_tokens += cached_tokens
-    usage.output_tokens += translator.output_tokens + hidden_tokens
-    usage.reasoning_tokens += translator.reasoning_tokens
-    job.turn_tokens = no_tokens  # counted in usage now
 
 
 def _error(message: str) -> dict[str, str]:

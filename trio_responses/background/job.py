@@ -12,8 +12,8 @@ engine request, closing tool sessions, persisting) never delays a reader.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, final
+from collections.abc import Sequence
+from typing import Any, Protocol, final
 
 import trio
 
@@ -21,6 +21,16 @@ from ..protocol.builder import ResponseBuilder
 from ..protocol.lifecycle import Status
 from ..protocol.request import CreateRequest
 from .event_log import EventLog
+
+
+class TurnTokens(Protocol):
+    """What a generation turn has produced so far (the turn's translator)."""
+
+    @property
+    def output_tokens(self) -> int: ...
+
+    @property
+    def reasoning_tokens(self) -> int: ...
 
 
 @final
@@ -64,14 +74,33 @@ class Job:
         client waiting for it needs; a state the store refused is retried later)."""
         self.ended = trio.Event()
         """Set once the job's task is gone (tool sessions closed, nothing left running)."""
-        self.turn_tokens: Callable[[], int] = no_tokens
-        """Output tokens of the turn generating now (set by the generation loop;
-        ``builder.usage`` counts a turn's tokens only once the turn is over)."""
+        self._turn: TurnTokens | None = None
+        """The generation turn under way (`begin_turn`), not yet in ``builder.usage``."""
+        self._turn_prompt_tokens = 0
 
     @property
     def generated_tokens(self) -> int:
         """Output tokens the engine has delivered so far, every turn together (live)."""
-        return self.builder.usage.output_tokens + self.turn_tokens()
+        turn = self._turn
+        return self.builder.usage.output_tokens + (0 if turn is None else turn.output_tokens)
+
+    def begin_turn(self, turn: TurnTokens, *, prompt_tokens: int) -> None:
+        """A generation turn starts on a prompt of ``prompt_tokens``: until `end_turn`,
+        what it has produced counts as spent if the response ends first (`finish`)."""
+        self._turn = turn
+        self._turn_prompt_tokens = prompt_tokens
+
+    def end_turn(self, *, prompt_tokens: int, cached_tokens: int, hidden_tokens: int = 0) -> None:
+        """The turn `begin_turn` started is over: count it in the response's usage, with
+        the figures the engine reported (``hidden_tokens``: output no item shows)."""
+        turn, self._turn = self._turn, None
+        if turn is None:
+            return
+        usage = self.builder.usage
+        usage.input_tokens += prompt_tokens
+        usage.cached_tokens += cached_tokens
+        usage.output_tokens += turn.output_tokens + hidden_tokens
+        usage.reasoning_tokens += turn.reasoning_tokens
 
     @property
     def background(self) -> bool:
@@ -96,7 +125,13 @@ class Job:
         error: dict[str, Any] | None = None,
         incomplete_reason: str | None = None,
     ) -> None:
-        """Emit the terminal event and close the log (readers end right after it)."""
+        """Emit the terminal event and close the log (readers end right after it).
+
+        A turn still generating (the response is cancelled, or the server shuts
+        down) counts in its usage as far as it got: its prompt as input (none of it
+        known to be cached) and what it generated as output.
+        """
+        self.end_turn(prompt_tokens=self._turn_prompt_tokens, cached_tokens=0)
         self.builder.finish(
             status, now=int(time.time()), error=error, incomplete_reason=incomplete_reason
         )
@@ -117,8 +152,3 @@ class Job:
         if not self.finished:
             self.finish("failed", error={"code": code, "message": message})
         self.cancel_scope.cancel()
-
-
-def no_tokens() -> int:
-    """`Job.turn_tokens` between turns."""
-    return 0
