@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from tests.conftest import StartServer
 from tests.support import MODEL, Server, check_stream, read_sse, validate_response
 
 
@@ -243,3 +244,22 @@ async def test_models_and_health(server: Server) -> None:
     health = await server.http.get("/health")
     assert health.status_code == 200
     assert health.json()["engine"]["kind"] == "scripted"
+
+
+async def test_truncation_auto_leaves_room_for_the_answer(start_server: StartServer) -> None:
+    server = await start_server(max_model_len=8192)
+    history = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "word " * 5}
+        for n in range(1999)
+    ]
+    response = await server.client.responses.create(
+        model=MODEL,
+        input=[*history, {"role": "user", "content": "tokens:1500"}],
+        truncation="auto",
+    )
+    # Dropping old turns left the default reserve (a quarter of the window) for the
+    # answer, which fits in it.
+    assert response.status == "completed", response.incomplete_details
+    assert response.usage is not None
+    assert response.usage.input_tokens + 8192 // 4 <= 8192
+    assert response.usage.output_tokens > 1500

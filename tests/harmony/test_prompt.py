@@ -11,7 +11,11 @@ import pytest
 
 from trio_responses import InvalidRequestError
 from trio_responses.harmony.encoding import get_encoding
-from trio_responses.harmony.fit import render_request_prompt
+from trio_responses.harmony.fit import (
+    DEFAULT_RESERVE_TOKENS,
+    output_reserve,
+    render_request_prompt,
+)
 from trio_responses.harmony.prompt import PromptTools, build_conversation, render_prompt
 from trio_responses.protocol.request import (
     CreateRequest,
@@ -115,17 +119,22 @@ def _reference_fit(
     approval_results: Mapping[str, str],
 ) -> list[int]:
     """The plain algorithm `render_request_prompt` must agree with: render the whole
-    conversation, and while it does not fit, drop the oldest item (and any tool
-    outputs left at the front without their call) and render it all again."""
+    conversation, and while it does not leave room for output (with truncation: the
+    reserve; the newest item alone, or without truncation: any room), drop the oldest
+    item (and any tool outputs left at the front without their call) and render it
+    all again."""
+    truncate = request.truncation == "auto"
+    reserve = output_reserve(request, max_model_len) if truncate else 0
     while True:
         prompt = render_prompt(
             build_conversation(
                 request, items, date=DATE, tools=tools, approval_results=approval_results
             )
         )
-        if len(prompt) < max_model_len:
+        last = not truncate or len(items) <= 1
+        if len(prompt) + reserve <= max_model_len or (last and len(prompt) < max_model_len):
             return prompt
-        if request.truncation != "auto" or len(items) <= 1:
+        if last:
             raise InvalidRequestError("too long", param="input", code="context_length_exceeded")
         rest = list(items[1:])
         while rest and isinstance(rest[0], FunctionCallOutputItem | McpApprovalResponseItem):
@@ -238,6 +247,8 @@ def test_fitting_gives_what_rendering_each_state_in_turn_gives() -> None:
             body["tool_choice"] = "none"
         if rng.random() < 0.5:
             body["instructions"] = "Be brief. " * rng.randint(1, 20)
+        if rng.random() < 0.3:
+            body["max_output_tokens"] = rng.choice([16, 50, 100, 1000, 10_000])
         request = parse_create_request(body)
         tools = PromptTools(python=rng.random() < 0.3)
         results = {f"mcpr_{n}": f"ran {n}" for n in range(4) if rng.random() < 0.2}
@@ -298,6 +309,34 @@ def test_truncation_drops_the_oldest_items_and_keeps_the_instructions() -> None:
     assert "turn 39 " in text and "turn 0 " not in text
     kept = [n for n in range(40) if f"turn {n} " in text]
     assert kept == list(range(kept[0], 40)) and len(kept) < 40
+
+
+@pytest.mark.parametrize(
+    ("max_output_tokens", "reserve"), [(None, 8192 // 4), (300, 300), (5000, 5000)]
+)
+def test_truncation_leaves_room_for_the_answer(max_output_tokens: int | None, reserve: int) -> None:
+    body: dict[str, Any] = {"input": _turns(2000), "truncation": "auto"}
+    if max_output_tokens is not None:
+        body["max_output_tokens"] = max_output_tokens
+    tokens = _fit_tokens(8192, **body)
+    assert len(tokens) + reserve <= 8192
+    # No more dropped than that: one more item would not have left the room.
+    assert len(tokens) + reserve + 40 > 8192
+
+
+def test_the_default_reserve_is_a_quarter_of_the_window_up_to_a_limit() -> None:
+    request = parse_create_request({"model": "m", "input": "hi"})
+    assert output_reserve(request, 8192) == 2048
+    assert output_reserve(request, 131_072) == DEFAULT_RESERVE_TOKENS == 16_384
+    bounded = parse_create_request({"model": "m", "input": "hi", "max_output_tokens": 100})
+    assert output_reserve(bounded, 131_072) == 100
+
+
+def test_the_newest_item_is_kept_when_it_fits_without_the_reserve() -> None:
+    newest = {"role": "user", "content": "word " * 300}
+    tokens = _fit_tokens(400, input=[*_turns(5), newest], truncation="auto")
+    assert 300 < len(tokens) < 400
+    assert "turn 4 " not in get_encoding().decode(tokens)
 
 
 def test_truncation_drops_a_call_with_its_output() -> None:

@@ -6,9 +6,10 @@ first ``final`` one when the last assistant message is ``final``
 (``auto_drop_analysis``), and ends it with ``<|start|>assistant``.
 
 With ``truncation: "auto"`` the oldest items are dropped until the prompt leaves
-room for output; each step drops one item and any tool outputs that step left
-at the front without their call (the "states" below: the items from ``start``
-on). Rendering the whole conversation again after each step is O(n²)
+room for output (`output_reserve`: ``max_output_tokens``, else a quarter of the
+context window, at most `DEFAULT_RESERVE_TOKENS`); each step drops one item and
+any tool outputs that step left at the front without their call (the "states"
+below: the items from ``start`` on). Rendering the whole conversation again after each step is O(n²)
 tokenizing (2,000 items: minutes, on the event loop). Here every message is
 rendered at most once and the length of each state follows from sums over the
 items: suffix sums of their lengths, less the analysis messages harmony leaves
@@ -60,6 +61,20 @@ from .token_bound import MESSAGE_OVERHEAD, min_tokens
 
 _NO_TOOLS = PromptTools()
 
+DEFAULT_RESERVE_TOKENS = 16_384
+"""The most ``truncation: "auto"`` keeps free for output when the request does not
+say (``max_output_tokens``): a quarter of the context window, up to this many."""
+
+
+def output_reserve(request: CreateRequest, max_model_len: int) -> int:
+    """The room for output that ``truncation: "auto"`` makes by dropping old items:
+    ``max_output_tokens`` when the request sets it, else a quarter of the context
+    window, at most `DEFAULT_RESERVE_TOKENS`. (Without truncation the prompt needs
+    only to fit; the output gets what is left.)"""
+    if request.max_output_tokens is not None:
+        return request.max_output_tokens
+    return min(max_model_len // 4, DEFAULT_RESERVE_TOKENS)
+
 
 def render_request_prompt(
     request: CreateRequest,
@@ -72,7 +87,9 @@ def render_request_prompt(
 ) -> list[int]:
     """The prompt tokens for a request, leaving room for output.
 
-    With ``truncation: "auto"`` the oldest items are dropped until it fits.
+    With ``truncation: "auto"`` the oldest items are dropped until the prompt leaves
+    `output_reserve` tokens free; if even the newest item alone does not, it is
+    kept as long as it fits at all (the output gets what room is left).
 
     Raises:
         InvalidRequestError: the prompt does not fit (``context_length_exceeded``),
@@ -81,7 +98,9 @@ def render_request_prompt(
     fitter = _Fitter(
         request, items, date=date, tools=tools, approval_results=approval_results or {}
     )
-    return fitter.fit(max_model_len, truncate=request.truncation == "auto")
+    truncate = request.truncation == "auto"
+    reserve = output_reserve(request, max_model_len) if truncate else 0
+    return fitter.fit(max_model_len, truncate=truncate, reserve=reserve)
 
 
 @functools.cache
@@ -120,7 +139,10 @@ class _Fitter:
         self._approvals = _approvals(items, approval_results)
         self._names = _call_names(items)
 
-    def fit(self, max_model_len: int, *, truncate: bool) -> list[int]:
+    def fit(self, max_model_len: int, *, truncate: bool, reserve: int = 0) -> list[int]:
+        """The prompt of the first state, oldest first, that leaves ``reserve`` tokens
+        of ``max_model_len`` free; the last state (the newest item) needs only to fit.
+        Without ``truncate``, only the whole conversation, which needs only to fit."""
         items = self.items
         count = len(items)
         floor = (
@@ -136,15 +158,18 @@ class _Fitter:
         start = 0
         while True:
             orphans.check(start)
-            if lengths is None and floor + suffix_floor[start] < max_model_len:
+            last = not truncate or count - start <= 1
+            # The prompt must be shorter than this: the last state needs only to fit.
+            bound = max_model_len if last else max_model_len - reserve + 1
+            if lengths is None and floor + suffix_floor[start] < bound:
                 lengths = _Lengths(self, start)  # what remains might fit: tokenize it
             if lengths is None:
                 length, exact = floor + suffix_floor[start], False
             else:
                 length, exact = lengths.length(start), True
-                if length < max_model_len:
+                if length < bound:
                     return lengths.prompt(start)
-            if not truncate or count - start <= 1:
+            if last:
                 raise _too_long(length, exact, max_model_len)
             start = self._next_state(start)
 
