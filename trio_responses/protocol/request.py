@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal, NoReturn
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -109,6 +110,10 @@ class InputText(BaseModel):
     type: Literal["input_text"]
     text: str
     prompt_cache_breakpoint: dict[str, Any] | None = None
+    # Output text's fields, as the SDK dumps an input text part it parsed as output
+    # text (the user messages of ``compact``'s output): only empty ones are accepted.
+    annotations: Annotated[list[Any], Field(max_length=0)] | None = None
+    logprobs: Annotated[list[Any], Field(max_length=0)] | None = None
 
 
 class OutputText(BaseModel):
@@ -194,7 +199,11 @@ class FunctionCallItem(BaseModel):
     status: ItemStatus | None = None
     namespace: str | None = None
     caller: dict[str, Any] | None = None
-    async_: Annotated[bool | None, Field(alias="async")] = None
+    # ``async`` on the wire; ``async_`` as the SDK's models dump it.
+    async_: Annotated[
+        bool | None,
+        Field(validation_alias=AliasChoices("async", "async_"), serialization_alias="async"),
+    ] = None
 
 
 class FunctionCallOutputItem(BaseModel):
