@@ -6,13 +6,17 @@ import io
 import json
 import logging
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import openai
 import pytest
 import trio
+import wsproto
+import wsproto.events
 
+from tests.conftest import StartServer
 from tests.processes import ServeCommand
 from tests.support import MODEL
 from trio_responses import Config
@@ -167,3 +171,133 @@ def test_log_format_flag_and_variable() -> None:
         parser.parse_args(["serve", "--log-format", "xml"])
     with pytest.raises(ValueError, match="log_format"):
         Config(log_format="xml")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def log_lines() -> Iterator[dict[str, io.StringIO]]:
+    """Everything the package logs at DEBUG and above, as text and as JSON lines."""
+    streams = {"text": io.StringIO(), "json": io.StringIO()}
+    handlers = [make_handler(kind, stream) for kind, stream in streams.items()]  # type: ignore[arg-type]
+    package = logging.getLogger("trio_responses")
+    level = package.level
+    package.setLevel(logging.DEBUG)
+    for handler in handlers:
+        package.addHandler(handler)
+    try:
+        yield streams
+    finally:
+        for handler in handlers:
+            package.removeHandler(handler)
+        package.setLevel(level)
+
+
+def _request_lines(streams: dict[str, io.StringIO], status: int) -> tuple[str, dict[str, Any]]:
+    """The one access line of a request answered ``status``: as text, and as JSON."""
+    (text,) = [line for line in streams["text"].getvalue().splitlines() if f" -> {status} " in line]
+    (json_line,) = [
+        line for line in _lines(streams["json"].getvalue().encode()) if line.get("status") == status
+    ]
+    return text, json_line
+
+
+async def test_a_refusal_names_its_code_and_param_never_the_value(
+    start_server: StartServer, log_lines: dict[str, io.StringIO]
+) -> None:
+    server = await start_server()
+    reply = await server.http.post(
+        "/v1/responses", json={"model": MODEL, "input": "hi", "temperature": "SECRET-VALUE"}
+    )
+    assert reply.status_code == 400
+    text, line = _request_lines(log_lines, 400)
+    assert " -> 400 invalid_type (param temperature) (" in text, text
+    assert (line["error_code"], line["param"]) == ("invalid_type", "temperature")
+    for stream in log_lines.values():
+        assert "SECRET-VALUE" not in stream.getvalue()
+
+
+async def test_a_refused_name_cannot_break_the_line(
+    start_server: StartServer, log_lines: dict[str, io.StringIO]
+) -> None:
+    server = await start_server()
+    forged = "x\n2026-01-01 00:00:00,000 INFO trio_responses.api [-]: forged"
+    reply = await server.http.post("/v1/responses", json={"model": MODEL, "input": "hi", forged: 1})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == forged
+    text, line = _request_lines(log_lines, 400)
+    assert "unknown_parameter (param x\\n2026-01-01" in text
+    assert line["param"] == forged
+    assert not any(
+        entry.startswith("2026-01-01") for entry in log_lines["text"].getvalue().splitlines()
+    )
+
+
+async def test_errors_of_every_kind_name_their_code(
+    start_server: StartServer, log_lines: dict[str, io.StringIO], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await start_server()
+    assert (await server.http.get("/v1/nowhere")).status_code == 404
+    text, line = _request_lines(log_lines, 404)
+    assert "-> 404 not_found (" in text and line["error_code"] == "not_found"
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(server.service, "retrieve", broken)
+    assert (await server.http.get("/v1/responses/resp_1")).status_code == 500
+    text, line = _request_lines(log_lines, 500)
+    assert "-> 500 server_error (" in text and line["error_code"] == "server_error"
+    assert line.get("param") is None
+
+
+async def test_websocket_error_events_are_logged_with_their_code(
+    start_server: StartServer, log_lines: dict[str, io.StringIO]
+) -> None:
+    server = await start_server()
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    client = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    await stream.send_all(client.send(wsproto.events.Request(host=host, target="/v1/responses")))
+    accepted = False
+    while not accepted:
+        client.receive_data(await stream.receive_some())
+        accepted = any(isinstance(e, wsproto.events.AcceptConnection) for e in client.events())
+    await stream.send_all(client.send(wsproto.events.TextMessage(data="not json")))
+    with trio.fail_after(30):
+        while "error event" not in log_lines["text"].getvalue():
+            client.receive_data(await stream.receive_some())
+            list(client.events())
+    await stream.aclose()
+    (text,) = [line for line in log_lines["text"].getvalue().splitlines() if "error event" in line]
+    assert "WebSocket /v1/responses: error event 400 invalid_json" in text
+
+
+async def test_debug_logs_the_shape_of_each_create_never_its_content(
+    start_server: StartServer, log_lines: dict[str, io.StringIO]
+) -> None:
+    server = await start_server()
+    await server.client.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "developer", "content": "zebras are secret"},
+            {"role": "user", "content": "tell me about zebras"},
+        ],
+        instructions="never mention zebras",
+        tools=[{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
+        max_output_tokens=500,
+        stream=False,
+    )
+    shapes = [line for line in log_lines["text"].getvalue().splitlines() if "request: " in line]
+    assert len(shapes) == 1, shapes
+    (shape,) = shapes
+    assert " DEBUG trio_responses.service [req_" in shape
+    for part in (
+        "model='gpt-oss-scripted'",
+        "input=2 items (message 2)",
+        "tools=1 (function 1)",
+        "instructions=20 chars",
+        "max_output_tokens=500",
+        "flags=store,parallel_tool_calls",
+    ):
+        assert part in shape, shape
+    for stream in log_lines.values():
+        assert "zebras" not in stream.getvalue()
+        assert "lookup" not in stream.getvalue()

@@ -11,15 +11,16 @@ JSON lines have ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``,
 a line was logged with, from a fixed list (`FIELDS`): request lines add
 ``method``, ``route``, ``path``, ``status`` (the HTTP status code), ``duration_ms``;
 job lines ``response_status`` (the status it moved to, with ``previous_status``),
-token counts and ``error_code``. Nothing else a log call passes
-reaches the output, so a header value or prompt text cannot slip in through
-``extra``.
+token counts and ``error_code``; a refused request's line ``error_code`` and
+``param``. Nothing else a log call passes reaches the output, so a header value
+or prompt text cannot slip in through ``extra``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -48,10 +49,28 @@ FIELDS = (
     "output_tokens",
     "reasoning_tokens",
     "error_code",
+    "param",
     "tool_kind",
     "outcome",
 )
 """The structured fields (``extra=``) a JSON line may carry, in this order."""
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters and line breaks escaped (``\\n``, ``\\x1b``…),
+    for a client's text in a text log line: it cannot end the line or forge the next."""
+    return _UNPRINTABLE.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+def refusal(error: dict[str, str | None]) -> str:
+    """What a log line says of an error object: its code and param, escaped (never its
+    message, which may quote the request)."""
+    code, param = error.get("code"), error.get("param")
+    shown = printable(code or "-")
+    return shown if param is None else f"{shown} (param {printable(param)})"
 
 
 @final

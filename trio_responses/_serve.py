@@ -577,9 +577,8 @@ async def _serve_http(
             for sock in sockets.insecure_sockets:
                 sock.listen(hconfig.backlog)
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
-                url = "http://" + repr_socket_addr(sock.family, sock.getsockname())
-                urls.append(url)
-                await hconfig.log.info(f"Running on {url} (CTRL + C to quit)")
+                # Reported to the caller (the command logs "listening on URL").
+                urls.append("http://" + repr_socket_addr(sock.family, sock.getsockname()))
             state = ConnectionState(lifespan_state.copy())
             connections = _Connections(hconfig.keep_alive_timeout, context.terminated.is_set)
 

@@ -48,6 +48,7 @@ from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest, check_includes, parse_create_request
+from .protocol.shape import request_shape
 from .sealing import Sealer, load_key
 from .store.base import State, StoredResponse, StoreError
 from .store.open import open_state
@@ -298,6 +299,8 @@ class ResponsesService:
         if not isinstance(request, CreateRequest):
             body = dict(request) if isinstance(request, Mapping) else request
             request = await offload(size, partial(parse_create_request, body))
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("request: %s", request_shape(request))
         check_request(request, self.config, self.pool)
         resolved = await self.conversations.resolve_references(request, owner)
         if resolved is not request:  # stored items took the place of references

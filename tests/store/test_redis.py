@@ -8,6 +8,7 @@ replica), trimming, bounded reads, and the safety of cancelled blocking reads.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -732,3 +733,21 @@ async def read_all_frames(state: State, job: Job) -> list[bytes]:
     subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1)
     assert subscription is not None
     return await read_all(subscription)
+
+
+async def test_a_fresh_server_logs_nothing_about_its_scripts(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A server that has never run our scripts: coredis would retry the first call of
+    # each (a cache miss), logging "Retry attempt 1 due to error: No matching script".
+    redis.flush()
+    redis.cli("SCRIPT", "FLUSH")
+    caplog.set_level(logging.INFO)
+    job = Job()
+    job.complete()
+    record = job.record(None)
+    async with replica(redis.url) as state:
+        await state.store.put(record)
+        assert await state.store.get(record.id, owner=OWNER) == record
+    noise = [record for record in caplog.records if record.name.startswith("coredis")]
+    assert noise == [], [record.getMessage() for record in noise]

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
-from quart import Response, g, has_websocket_context, request, websocket
+from quart import Response, g, has_request_context, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
@@ -35,7 +35,7 @@ from .._exceptions import (
     RequestTooLargeError,
     ResponsesError,
 )
-from .._logging import RESPONSE_ID
+from .._logging import RESPONSE_ID, printable, refusal
 from .._offload import offload
 from .._service import ResponsesService
 from ..metrics import CONTENT_TYPE, Metrics
@@ -154,18 +154,27 @@ def record_request(
     status: int,
     elapsed: float,
     response_id: str | None = None,
+    error: dict[str, str | None] | None = None,
 ) -> None:
     """One answered request in the metrics and, at INFO, its log line. ``route``: the
     matched route template (None: no route); ``response_id``: the one the path names
-    (else the one the request created, if any)."""
+    (else the one the request created, if any); ``error``: the error object answered,
+    whose code and param the line names (never the message, which may quote the
+    request)."""
     metrics.http_request(route, method, status, elapsed)
     if not logger.isEnabledFor(logging.INFO):
         return
+    code = param = None
+    said = ""
+    if error is not None:
+        code, param = error.get("code"), error.get("param")
+        said = " " + refusal(error)
     logger.info(
-        "%s %s -> %s (%.1f ms)",
+        "%s %s -> %s%s (%.1f ms)",
         method,
-        path,
+        printable(path),
         status,
+        said,
         elapsed * 1000,
         extra={
             "method": method,
@@ -174,6 +183,8 @@ def record_request(
             "status": status,
             "duration_ms": round(elapsed * 1000, 3),
             "response_id": response_id or RESPONSE_ID.get(),
+            "error_code": code,
+            "param": param,
         },
     )
 
@@ -186,6 +197,8 @@ def _where() -> str:
 
 
 def _error_json(error: dict[str, str | None], status: int) -> Response:
+    if has_request_context() or has_websocket_context():
+        g.error = error  # for the request's log line (`record_request`)
     return Response(error_body(error), status=status, mimetype="application/json")
 
 
@@ -287,6 +300,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
             status=response.status_code,
             elapsed=elapsed,
             response_id=view_args.get("response_id"),
+            error=getattr(g, "error", None),
         )
 
     @app.errorhandler(ResponsesError)

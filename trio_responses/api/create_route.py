@@ -169,6 +169,7 @@ class CreateRoute:
         method = scope["method"]
         body_read = False
         stream: SSEBody | None = None
+        refusal: dict[str, str | None] | None = None
         async with trio.open_nursery() as nursery:
             try:
                 # Authenticated first, as the app's hook does: without a key, any
@@ -191,12 +192,13 @@ class CreateRoute:
             except Exception as error:  # anything but a `ResponsesError` is a bug: a 500
                 wire, status = wire_error(error, where=f"{method} {PATH}")
                 payload = error_body(wire)
+                refusal = wire
             if stream is not None:
                 await self._stream(stream, request, send, started)
             else:
                 headers = self._headers(request, close=not body_read and request.has_body)
                 # Another method matches no route, as in the app.
-                self._log(started, method, status, routed=method == "POST")
+                self._log(started, method, status, routed=method == "POST", error=refusal)
                 headers += [_JSON, (b"content-length", b"%d" % len(payload))]
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": payload, "more_body": False})
@@ -262,9 +264,17 @@ class CreateRoute:
         finally:
             await body.aclose()
 
-    def _log(self, started: float, method: str, status: int, *, routed: bool = True) -> None:
+    def _log(
+        self,
+        started: float,
+        method: str,
+        status: int,
+        *,
+        routed: bool = True,
+        error: dict[str, str | None] | None = None,
+    ) -> None:
         """The request's metrics and log line (``routed``: whether it matched a
-        route, method included)."""
+        route, method included; ``error``: the error object it was answered with)."""
         record_request(
             self._service.metrics,
             method=method,
@@ -272,6 +282,7 @@ class CreateRoute:
             path=PATH,
             status=status,
             elapsed=time.perf_counter() - started,
+            error=error,
         )
 
 

@@ -42,6 +42,7 @@ import trio
 from quart.wrappers import Websocket
 
 from .._exceptions import InvalidRequestError, NotFoundError, ResponsesError, ServerError
+from .._logging import refusal
 from .._offload import offload
 from .._prepare import PreparedRequest
 from .._runner import ResponseHandle
@@ -252,6 +253,17 @@ class ResponsesSocket:
         always come after it.
         """
         detail, status = self._wire_error(error)
+        logger.info(
+            "WebSocket %s: error event %s %s",
+            self._websocket.path,
+            status,
+            refusal(detail),
+            extra={
+                "status": status,
+                "error_code": detail.get("code"),
+                "param": detail.get("param"),
+            },
+        )
         text = json.dumps(
             {"type": "error", "status": status, "error": detail}, separators=(",", ":")
         )

@@ -914,23 +914,35 @@ class _Redis:
             PREFIX,
         ]
         """The trailing ARGV of the scripts that change the finished-log index."""
-        self.put = commands.register_script(_PUT)
-        self.delete = commands.register_script(_DELETE)
-        self.expire_records = commands.register_script(_EXPIRE_RECORDS)
-        self.append = commands.register_script(_APPEND)
-        self.finish = commands.register_script(_FINISH)
-        self.terminate = commands.register_script(_TERMINATE)
-        self.delete_log = commands.register_script(_DELETE_LOG)
-        self.expire_logs = commands.register_script(_EXPIRE_LOGS)
-        self.claim = commands.register_script(_CLAIM)
-        self.open = commands.register_script(_OPEN)
-        self.read = commands.register_script(_READ)
-        self.request_cancel = commands.register_script(_REQUEST_CANCEL)
-        self.index_items = commands.register_script(_INDEX_ITEMS)
-        self.conversation_create = commands.register_script(_CONVERSATION_CREATE)
-        self.conversation_use = commands.register_script(_CONVERSATION_USE)
-        self.conversation_delete = commands.register_script(_CONVERSATION_DELETE)
-        self.conversation_unlock = commands.register_script(_CONVERSATION_UNLOCK)
+        self.scripts: list[Script[bytes]] = []
+        self.put = self._script(_PUT)
+        self.delete = self._script(_DELETE)
+        self.expire_records = self._script(_EXPIRE_RECORDS)
+        self.append = self._script(_APPEND)
+        self.finish = self._script(_FINISH)
+        self.terminate = self._script(_TERMINATE)
+        self.delete_log = self._script(_DELETE_LOG)
+        self.expire_logs = self._script(_EXPIRE_LOGS)
+        self.claim = self._script(_CLAIM)
+        self.open = self._script(_OPEN)
+        self.read = self._script(_READ)
+        self.request_cancel = self._script(_REQUEST_CANCEL)
+        self.index_items = self._script(_INDEX_ITEMS)
+        self.conversation_create = self._script(_CONVERSATION_CREATE)
+        self.conversation_use = self._script(_CONVERSATION_USE)
+        self.conversation_delete = self._script(_CONVERSATION_DELETE)
+        self.conversation_unlock = self._script(_CONVERSATION_UNLOCK)
+
+    def _script(self, source: str) -> Script[bytes]:
+        script = self.commands.register_script(source)
+        self.scripts.append(script)
+        return script
+
+    async def load_scripts(self) -> None:
+        """Load every script into the server's cache, so that their first calls do not
+        miss it (coredis retries a miss, logging it at INFO)."""
+        for script in self.scripts:
+            await _io(self.commands.script_load(script.script))
 
     async def call(
         self, script: Script[bytes], *, keys: Sequence[str], args: Sequence[str | bytes | int]
@@ -1730,8 +1742,10 @@ async def open_redis_state(url: str, config: Config) -> AsyncIterator[State]:
         try:
             await stack.enter_async_context(commands)
             await stack.enter_async_context(blocking)
+            redis = _Redis(commands, blocking, config)
             with trio.move_on_after(max(config.cleanup_timeout_s, _CONNECT_TIMEOUT_S)) as ping:
                 await _io(commands.ping())
+                await redis.load_scripts()
             if ping.cancelled_caught:
                 raise StoreError("no answer to PING in time")
         except StoreError as error:
@@ -1740,7 +1754,6 @@ async def open_redis_state(url: str, config: Config) -> AsyncIterator[State]:
         except BaseException:
             await _close(stack, closing, config)
             raise
-        redis = _Redis(commands, blocking, config)
         try:
             yield State(
                 kind="redis",
