@@ -129,7 +129,9 @@ def _flipped(blob: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "change", [_flipped, lambda blob: blob[:-10], lambda blob: "not a blob"], ids=str
+    "change",
+    [_flipped, lambda blob: blob[:-10], lambda blob: "not a blob"],
+    ids=["flipped", "cut", "replaced"],
 )
 async def test_changed_blob_is_refused(server: Server, change: Any) -> None:
     reasoning, call = await first_turn(server)

@@ -19,12 +19,15 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx2
+import pytest
 import trio
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.processes import ServeCommand
 from tests.support import MODEL, parse_sse
+
+pytestmark = pytest.mark.slow  # thousands of generated requests
 
 EXAMPLES = 800
 """Each example sends two requests: about 20 s on a quiet 2-core box, 45 s on a busy one."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
@@ -13,6 +14,7 @@ from trio_responses.store.memory import MemoryStore
 RESPONSES = 10_000
 
 
+@pytest.mark.slow
 async def test_ten_thousand_background_responses_stay_bounded() -> None:
     config = Config(
         max_stored_responses=800,

@@ -228,6 +228,7 @@ def _random_item(rng: random.Random, index: int, kinds: Sequence[str]) -> dict[s
     return {"type": "web_search_call", "id": f"ws_{index}", "status": "completed"}
 
 
+@pytest.mark.slow
 def test_fitting_gives_what_rendering_each_state_in_turn_gives() -> None:
     rng = random.Random(20261130)
     outcomes: set[str] = set()

@@ -34,6 +34,8 @@ from tests.support import (
     validate_response,
 )
 
+pytestmark = pytest.mark.slow  # several server processes sharing one Redis
+
 LIMIT_S = 60
 """Most seconds a test waits for a status or for the end of a short stream."""
 FOLLOW_LIMIT_S = 180

@@ -522,21 +522,19 @@ async def test_complete_logs_expire(db_path: str, clock: FakeClock) -> None:
         assert await state.logs.open("resp_run", owner=OWNER, starting_after=-1) is not None
 
 
-async def test_resume_from_the_middle_of_a_long_log_is_fast(db_path: str) -> None:
+async def test_resume_from_the_middle_of_a_long_log_reads_a_bounded_batch(db_path: str) -> None:
+    # How fast: bench/resume.py and bench/state.py (a test bounds work, not time).
     frames, _ = response_frames("resp_long", deltas=20_000)
     assert len(frames) > 20_000
     async with opened(db_path) as state:
         await store_log(state, "resp_long", frames, batch=64)
         middle = len(frames) // 2
-        started = time.perf_counter()
         subscription = await state.logs.open("resp_long", owner=OWNER, starting_after=middle)
         assert subscription is not None
         with subscription:
             first = await subscription.receive_frames()
-        elapsed = time.perf_counter() - started
         assert decode_event(first[0])["sequence_number"] == middle + 1
         assert first == frames[middle + 1 : middle + 1 + len(first)]
-        assert elapsed < 0.05, f"first batch after {elapsed * 1000:.1f} ms"
         # Batches are bounded; reading on gives the rest, then the end.
         assert sum(map(len, first)) <= 1 << 18
         assert await replay(state, "resp_long", starting_after=middle) == frames[middle + 1 :]

@@ -1,8 +1,9 @@
 """Cancelling responses in the middle of tool work, many times over.
 
 After each storm: no error in the logs (no "cancel scope" RuntimeError, no
-TrioInternalError), the MCP server has no open session within 1 s, and no job
-task is left.
+TrioInternalError), the MCP server has no open session once the job has ended,
+and no job task is left. Time bounds are generous (`SETTLE_S`): what they tell
+apart is a cancel that waits for the tool (30 s) from one that does not.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from tests.support import MODEL, JobSpy, RawSSEClient, Server
 from tests.tools.servers import RunningMcp
 
 REPETITIONS = 100
+SETTLE_S = 10.0
+"""Generous: a loaded machine takes a while; a leak or a wait for the tool takes for ever."""
 
 
 @pytest.fixture
@@ -39,7 +42,7 @@ def _slow_call(url: str, **extra: Any) -> dict[str, Any]:
 
 
 async def _settled(server: Server, mcp: RunningMcp | None = None) -> None:
-    with trio.fail_after(1):
+    with trio.fail_after(SETTLE_S):
         await server.service.wait_idle()
     stats = server.service.statistics()
     assert stats.running_jobs == 0 and stats.job_tasks == 0 and stats.subscribers == 0
@@ -60,6 +63,7 @@ def _assert_clean_logs(caplog: pytest.LogCaptureFixture) -> None:
         assert "trio_responses" not in trace, trace
 
 
+@pytest.mark.slow
 async def test_client_disconnect_during_a_tool_call(
     server: Server, mcp_echo: RunningMcp, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -73,6 +77,7 @@ async def test_client_disconnect_during_a_tool_call(
     _assert_clean_logs(caplog)
 
 
+@pytest.mark.slow
 async def test_cancel_during_a_tool_call(
     server: Server,
     mcp_echo: RunningMcp,
@@ -87,12 +92,13 @@ async def test_cancel_during_a_tool_call(
                     break
         started = time.monotonic()
         cancelled = await server.client.responses.cancel(created.id)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < SETTLE_S  # the tool would take 30 s
         assert cancelled.status == "cancelled"
         await _settled(server, mcp_echo)
     _assert_clean_logs(caplog)
 
 
+@pytest.mark.slow
 async def test_cancel_during_session_start(
     server: Server, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,16 +128,17 @@ async def test_cancel_returns_at_once_when_the_tool_cleanup_hangs(
     server: Server, mcp_echo: RunningMcp, caplog: pytest.LogCaptureFixture
 ) -> None:
     body = _slow_call(mcp_echo.url, background=True)
-    body["input"] = 'mcp:echo.stubborn {"seconds": 3}'
+    # The tool ignores cancellation for 8 s; the cancel and its readers must not wait.
+    body["input"] = 'mcp:echo.stubborn {"seconds": 8}'
     created = await server.client.responses.create(**body)
     reader = await RawSSEClient.open(server, "GET", f"/v1/responses/{created.id}?stream=true")
     await reader.read_until("response.mcp_call_arguments.done")
     started = time.monotonic()
     cancelled = await server.client.responses.cancel(created.id)
-    assert time.monotonic() - started < 0.5
     assert cancelled.status == "cancelled"
-    with trio.fail_after(0.5):
+    with trio.fail_after(6):
         events = await reader.read_all()
+    assert time.monotonic() - started < 6
     assert b'"status":"cancelled"' in events
     _assert_clean_logs(caplog)
 
