@@ -18,6 +18,9 @@ from trio_responses.harmony.long_text import MAX_RUN_CHARS, encode_text, render_
 _PARTS = [
     "word", "Word", " ", "  ", "\n", "\n\n", "\r\n", " \n", "don't", "'s", "123", "4567",
     ".", "...", "/", "_", "(x)", "é", "日本語", "\t", "<|end|>", "<|start|>", "a", "Z",
+    "!\n/", "/\n", "e\u0301", "\u0301", "。", "Ünïcödé", "\u00a0", "\u3000", " \t", "\r",
+    "١٢٣", "-", "'", "\"", "Ⅻ", "{\"", "\":", "\",\"", "}", "½", "a\u0308", "'S", "ǅ", "ʰ",
+    "=", "+", "base64/", "\u200d", "😀",
 ]  # fmt: skip
 
 

@@ -54,6 +54,7 @@ from openai_harmony import Role
 
 from .._exceptions import EngineError
 from ..harmony.encoding import get_encoding, special_tokens
+from ..harmony.long_text import encode_text
 from ..harmony.steering import parse_header
 from .base import ChoiceConstraint, OutputConstraint
 from .schema_instance import MISSING, SchemaInstanceError, SchemaTooLargeError, dumps, instance
@@ -414,8 +415,9 @@ def _json_hint(text: str) -> object:
 
 
 def _text(text: str) -> list[int]:
-    # disallowed_special=() keeps user text that looks like "<|end|>" plain text.
-    return get_encoding().encode(text, disallowed_special=())
+    # User text that looks like "<|end|>" stays plain text; a long text is encoded
+    # in bounded calls (one call on a million letters panics the tokenizer).
+    return encode_text(text)
 
 
 def _header(

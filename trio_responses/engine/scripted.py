@@ -36,6 +36,9 @@ from .script import Script, plan
 
 YIELD_INTERVAL_S = 0.001
 
+INLINE_PLAN_TOKENS = 256
+"""Prompts up to this length are planned on the event loop (a few milliseconds at most)."""
+
 
 @dataclass(eq=False, slots=True)
 class _Stepped:
@@ -122,9 +125,12 @@ class ScriptedEngine:
         return frozenset(self._running)
 
     async def generate(self, request: GenerationRequest, sink: TokenSink) -> GenerationResult:
-        # A constrained plan builds a schema instance: bounded, but not cheap.
+        # A plan decodes the prompt and encodes an answer that may echo all of it;
+        # a constrained plan builds a schema instance: bounded, but not cheap.
+        # Either runs off the loop unless the prompt is short.
+        short = request.constraint is None and len(request.prompt_token_ids) <= INLINE_PLAN_TOKENS
         script = await offload(
-            0 if request.constraint is None else INLINE_BYTES + 1,
+            0 if short else INLINE_BYTES + 1,
             functools.partial(plan, request.prompt_token_ids, request.constraint),
         )
         self._running.add(request.request_id)

@@ -9,22 +9,23 @@ letters, spaces or punctuation is one piece: 32,768 repeated letters take
 
 `render_message` renders a message of one text as the message's header,
 then its text encoded segment by segment, then its end token. Segments
-end only where the o200k pre-tokenizer ends a piece anyway (after a newline
-before an ASCII letter or digit, or before a space that separates two ASCII
-words), so the tokens are exactly those of one call; the GIL is released
-between calls. A run of one character class longer than `MAX_RUN_CHARS` is
-the one exception: it is encoded in pieces of that length, which decode to the
-same text but may differ from the canonical tokens at the cuts. Such a run is
-not language, and bounding it is what keeps one request from freezing the
-server.
+end only where the o200k pre-tokenizer ends a piece anyway (before a space
+or tab that precedes a visible character, or after a line break that does),
+so the tokens are exactly those of one call; the GIL is released between
+calls. A stretch of more than `MAX_RUN_CHARS` characters with no such
+boundary is the one exception: it is encoded in pieces of that length, which
+decode to the same text but may differ from the canonical tokens at the cuts.
+Such a stretch is rarely language (a run of one character, a blob of base64),
+and bounding it is what keeps one request from freezing the server or
+overflowing the tokenizer's stack (a million letters in one call panics it).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator
 
+import regex  # type: ignore[import-untyped]
 from openai_harmony import Author, Message, RenderOptions, Role, TextContent
 
 from .encoding import get_encoding, special_tokens
@@ -32,21 +33,26 @@ from .encoding import get_encoding, special_tokens
 SEGMENT_CHARS = 16_384
 """Text encoded per call, give or take the distance to the next piece boundary."""
 
-MAX_RUN_CHARS = 4_096
-"""Longest run of one character class encoded in one piece (about 10 ms)."""
+MAX_RUN_CHARS = 2_048
+"""Longest stretch without a piece boundary encoded in one call (about 5 ms)."""
 
-# One pre-tokenizer piece: letters, whitespace or punctuation (``_`` included:
-# it is punctuation to the tokenizer). Digits come in pieces of three anyway.
-# Each alternative is anchored at the start of its run (the character before is of
-# another class): unanchored, a run just short of the limit would be scanned again
-# from each of its positions, 4,096 steps per character.
-_LONG = f"{{{MAX_RUN_CHARS + 1},}}"
-_LONG_RUN = re.compile(
-    rf"(?<![^\W\d_])[^\W\d_]{_LONG}|(?<!\s)\s{_LONG}|(?<![^\w\s]|_)(?:[^\w\s]|_){_LONG}"
+# Positions where the o200k pre-tokenizer ends a piece whatever the text around
+# them (no piece holds such a position, so encoding the text on either side of
+# it separately gives the tokens of one call):
+# - before a space or tab that precedes a visible character: it starts the next
+#   word, number or punctuation piece, or is a piece of its own;
+# - after a line break that precedes a visible character other than ``/``
+#   (punctuation pieces swallow the line breaks and slashes that follow them);
+# - after a letter, or a letter and marks, that precedes anything but a letter,
+#   mark, space or apostrophe (a word piece ends there, unless a contraction such
+#   as 's follows; marks after punctuation belong to the punctuation's piece);
+# - after a digit that precedes anything but a digit or space (numbers are pieces
+#   of at most three digits).
+# The `regex` module has the Unicode classes of the tokenizer's own pattern.
+_BOUNDARY = regex.compile(
+    r"(?=[^\S\r\n]\S)|(?<=[\r\n])(?=[^\s/])"
+    r"|(?=[^\s\p{L}\p{M}'])(?<=\p{L}\p{M}*)|(?<=\p{N})(?=[^\s\p{N}])"
 )
-# Positions where the tokenizer's pieces end whatever follows: after a newline
-# that precedes an ASCII letter or digit, or before a space between ASCII words.
-_BOUNDARY = re.compile(r"(?<=\n)(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?= [A-Za-z])")
 
 
 def render_message(message: Message, options: RenderOptions) -> list[int]:
@@ -119,23 +125,44 @@ def encode_text(text: str) -> list[int]:
 
 
 def segments(text: str) -> Iterator[str]:
-    """``text`` cut into the segments `encode_text` encodes (they join to ``text``)."""
-    start = 0
-    for run in _LONG_RUN.finditer(text):
-        yield from _ordinary_segments(text, start, run.start())
-        for cut in range(run.start(), run.end(), MAX_RUN_CHARS):
-            yield text[cut : min(cut + MAX_RUN_CHARS, run.end())]
-        start = run.end()
-    yield from _ordinary_segments(text, start, len(text))
+    """``text`` cut into the segments `encode_text` encodes (they join to ``text``).
+
+    Segments end at piece boundaries about every `SEGMENT_CHARS`. A stretch of
+    more than `MAX_RUN_CHARS` with no boundary in it (a run of one character, a
+    line of base64, text in a script without spaces) may be one piece, which
+    byte-pair encoding handles in quadratic time and which can overflow the
+    tokenizer's stack: it is cut every `MAX_RUN_CHARS` instead.
+    """
+    start = last = 0
+    for boundary in _BOUNDARY.finditer(text):
+        at = boundary.start()
+        if at - last > MAX_RUN_CHARS:
+            if last > start:
+                yield text[start:last]
+            yield from _cut(text, last, at)
+            start = at
+        elif at - start >= SEGMENT_CHARS:
+            yield text[start:at]
+            start = at
+        last = at
+    if len(text) - last > MAX_RUN_CHARS:
+        if last > start:
+            yield text[start:last]
+        yield from _cut(text, last, len(text))
+    elif len(text) > start:
+        yield text[start:]
 
 
-def _ordinary_segments(text: str, start: int, end: int) -> Iterator[str]:
-    """``text[start:end]`` cut at piece boundaries about every `SEGMENT_CHARS`."""
-    while end - start > SEGMENT_CHARS:
-        boundary = _BOUNDARY.search(text, start + SEGMENT_CHARS, end)
-        if boundary is None:
-            break
-        yield text[start : boundary.start()]
-        start = boundary.start()
-    if end > start:
-        yield text[start:end]
+def unbroken(text: str, limit: int = MAX_RUN_CHARS) -> bool:
+    """Whether ``text`` has more than ``limit`` characters in a row with no piece boundary."""
+    last = 0
+    for boundary in _BOUNDARY.finditer(text):
+        if boundary.start() - last > limit:
+            return True
+        last = boundary.start()
+    return len(text) - last > limit
+
+
+def _cut(text: str, start: int, end: int) -> Iterator[str]:
+    for cut in range(start, end, MAX_RUN_CHARS):
+        yield text[cut : min(cut + MAX_RUN_CHARS, end)]
