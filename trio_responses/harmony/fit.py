@@ -46,6 +46,7 @@ from ..protocol.request import (
     McpCallItem,
     MessageItem,
 )
+from .developer import render_developer
 from .encoding import get_encoding
 from .long_text import render_message
 from .prompt import (
@@ -463,6 +464,9 @@ def _render_head(message: Message, options: RenderOptions) -> list[int]:
 
 def _render(message: Message, options: RenderOptions, param: str) -> list[int]:
     try:
+        content = message.content[0] if len(message.content) == 1 else None
+        if isinstance(content, DeveloperContent):
+            return render_developer(content, options)
         return render_message(message, options)
     except BaseException as error:
         # The tokenizer panics (a BaseException) on some inputs, such as a run of
