@@ -20,6 +20,12 @@ visited and the value is at most about `MAX_SIZE` characters of JSON, else
 `SchemaTooLargeError`. A ``pattern`` runs only against strings of at most
 `MAX_MATCHED` characters (`MAX_MATCHED_NESTED` where the regex nests repeats,
 the shape that backtracks exponentially); longer hints are not used there.
+Patterns are the client's: even on short strings a backtracking matcher can
+take exponential time (``a*a*a*a*a*a*a*b`` against 60 characters takes
+minutes). They run in the `regex` module, which lets other threads run while it
+matches and stops after a timeout: all the matching for one value shares
+`MATCH_SECONDS`, and a string whose match did not finish in time counts as not
+matching.
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ import json
 import math
 import re
 import re._parser as _re_parser  # type: ignore[import-not-found]
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import regex  # type: ignore[import-untyped]
 
 MAX_DEPTH = 32
 """Deeper than this (recursive ``$ref``\\ s), optional parts are left out."""
@@ -47,6 +56,9 @@ MAX_MATCHED = 256
 MAX_MATCHED_NESTED = 16
 """The same, for a ``pattern`` that repeats a group holding a repeat or an
 alternation (such as ``^(a+)+$``, whose backtracking doubles with each character)."""
+
+MATCH_SECONDS = 0.1
+"""Time all of one value's ``pattern`` matching may take, in sum."""
 
 _FORMATS: dict[str, tuple[str, str]] = {
     # format -> (example, a regex a hint must match to be used)
@@ -113,6 +125,7 @@ class _Generator:
         self._steps = 0
         self._size = 0
         self._targets: dict[str, Mapping[str, Any]] = {}
+        self._match_deadline = time.monotonic() + MATCH_SECONDS
 
     def _spend(self, size: int) -> None:
         """Count one step and ``size`` characters against the budget."""
@@ -358,7 +371,9 @@ class _Generator:
                 len(value) > MAX_MATCHED or not re.fullmatch(known[1], value)
             ):
                 return False
-            return not (isinstance(pattern, str) and not _search(pattern, value))
+            return not (
+                isinstance(pattern, str) and not _search(pattern, value, self._match_deadline)
+            )
 
         if isinstance(hint, str) and fits(hint):
             return hint
@@ -367,7 +382,7 @@ class _Generator:
             base = f"{base} {variant}"
         candidates = [base, base[: int(high)] if high is not None else base]
         if isinstance(pattern, str):
-            candidates.extend(_matching(pattern, variant))
+            candidates.extend(_matching(pattern, variant, self._match_deadline))
         candidates.extend([self._text, "a", "A", "0", "a0", "x" * max(low, 1), ""])
         for candidate in candidates:
             if fits(candidate):
@@ -511,7 +526,7 @@ def _json_type(value: Any) -> str | None:
     return None
 
 
-def _matching(pattern: str, variant: int) -> list[str]:
+def _matching(pattern: str, variant: int, deadline: float) -> list[str]:
     """Short strings that match ``pattern`` (simple regexes; [] when it cannot tell)."""
     try:
         parsed = _re_parser.parse(pattern)
@@ -523,7 +538,7 @@ def _matching(pattern: str, variant: int) -> list[str]:
             text = _regex_text(list(parsed), repeat, variant)
         except (ValueError, RecursionError):
             continue
-        if _search(pattern, text):
+        if _search(pattern, text, deadline):
             found.append(text)
     return found
 
@@ -614,15 +629,21 @@ def _category_char(category: str) -> str:
     }.get(category, "a")
 
 
-def _search(pattern: str, value: str) -> bool:
+def _search(pattern: str, value: str, deadline: float) -> bool:
     """Whether ``pattern`` matches somewhere in ``value``; False for a ``value`` too
-    long to run the pattern against safely (`MAX_MATCHED`, `MAX_MATCHED_NESTED`)."""
+    long to run the pattern against safely (`MAX_MATCHED`, `MAX_MATCHED_NESTED`)
+    and when the match is not over by ``deadline`` (`time.monotonic`)."""
     if len(value) > MAX_MATCHED_NESTED and (len(value) > MAX_MATCHED or _nests_repeats(pattern)):
         return False
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
     try:
-        return re.search(pattern, value) is not None
-    except re.error:
-        return True  # a pattern Python cannot read is not held against the value
+        return regex.search(pattern, value, timeout=left, concurrent=True) is not None
+    except TimeoutError:
+        return False
+    except (regex.error, RecursionError, OverflowError):
+        return True  # a pattern that cannot be read is not held against the value
 
 
 @functools.lru_cache(maxsize=256)
