@@ -301,3 +301,31 @@ async def test_debug_logs_the_shape_of_each_create_never_its_content(
     for stream in log_lines.values():
         assert "zebras" not in stream.getvalue()
         assert "lookup" not in stream.getvalue()
+
+
+async def test_a_path_cannot_forge_a_line_in_either_format(
+    start_server: StartServer, log_lines: dict[str, io.StringIO]
+) -> None:
+    server = await start_server()
+    forged = "2026-01-01 00:00:00,000 INFO trio_responses.api [-]: forged"
+    reply = await server.http.get("/nope%0d%0a" + forged.replace(" ", "%20"))
+    assert reply.status_code == 404
+    text, line = _request_lines(log_lines, 404)
+    assert "/nope\\r\\n2026-01-01" in text, text
+    assert line["path"] == "/nope\r\n" + forged
+    for stream in log_lines.values():
+        assert not any(
+            entry.startswith("2026-01-01") for entry in stream.getvalue().splitlines()
+        ), stream.getvalue()
+
+
+def test_every_text_line_escapes_what_it_quotes() -> None:
+    stream = io.StringIO()
+    handler = make_handler("text", stream)
+    record = logging.LogRecord(
+        "trio_responses.tools", logging.WARNING, __file__, 1, "tool %r failed: %s", None, None
+    )
+    record.args = ("a\nb", "line\r\nbreak \x1b[31mred\u2028")
+    handler.handle(record)
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith("tool 'a\\nb' failed: line\\r\\nbreak \\x1b[31mred\\u2028"), line

@@ -89,6 +89,21 @@ class ContextFilter(logging.Filter):
 
 
 @final
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT` lines whose message is `printable`: whatever a client's text
+    that a line quotes holds (a path, a tool's name, a server's URL…), the line
+    stays one line and cannot forge the next. The traceback after an error's line
+    is the one thing written as it is, on lines of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
+@final
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line (see the module docstring)."""
 
@@ -119,9 +134,7 @@ class JsonFormatter(logging.Formatter):
 def make_handler(log_format: LogFormat, stream: TextIO | None = None) -> logging.Handler:
     """A handler writing ``log_format`` lines to ``stream`` (default stderr)."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
     return handler
 
