@@ -502,3 +502,33 @@ async def test_a_client_that_stops_reading_is_disconnected_and_its_response_canc
     assert handle.status == "cancelled"
     await assert_nothing_left(server)
     await stream.aclose()
+
+
+async def test_binary_and_empty_frames_get_error_events_and_cancel_nothing(
+    server: Server,
+) -> None:
+    url = server.url.replace("http", "ws", 1) + "/v1/responses"
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+        async with websockets.connect(url) as connection:
+            await connection.send(json.dumps(create("in flight tokens:30")))
+            for frame in (b"", json.dumps(create("binary")).encode(), ""):
+                await connection.send(frame)
+            events: list[dict[str, Any]] = []
+            errors: list[dict[str, Any]] = []
+            while len(errors) < 3 or not events or events[-1]["type"] not in TERMINAL_TYPES:
+                event = json.loads(await connection.recv())
+                (errors if event["type"] == "error" else events).append(event)
+            await connection.send(json.dumps(create("still here?")))
+            while (after := json.loads(await connection.recv()))["type"] not in TERMINAL_TYPES:
+                pass
+            return events, errors, after
+
+    events, errors, after = await in_asyncio(scenario)
+    assert events[-1]["type"] == "response.completed"  # the frames cancelled nothing
+    assert [(e["status"], e["error"]["code"]) for e in errors] == [
+        (400, "unsupported_frame"),
+        (400, "unsupported_frame"),
+        (400, "invalid_json"),
+    ]
+    assert output_text(after["response"]) == "You said: still here?"

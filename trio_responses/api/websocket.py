@@ -42,6 +42,7 @@ import trio
 from quart.wrappers import Websocket
 
 from .._exceptions import InvalidRequestError, NotFoundError, ResponsesError, ServerError
+from .._faults import faults_as_exceptions
 from .._logging import refusal
 from .._offload import offload
 from .._prepare import PreparedRequest
@@ -114,7 +115,7 @@ class ResponsesSocket:
                 message = await self._websocket.receive()
                 await self._dispatch(message, nursery)
 
-    async def _dispatch(self, message: str | bytes, nursery: trio.Nursery) -> None:
+    async def _dispatch(self, message: str | bytes | None, nursery: trio.Nursery) -> None:
         """Start the response a client event asks for, or answer it with an error."""
         try:
             event = await _decode(message)
@@ -144,12 +145,13 @@ class ResponsesSocket:
         """Run one ``response.create``: its events, or an error event."""
         handle: ResponseHandle | None = None
         try:
-            prepared = await self._service.prepare(body, owner=self._owner, local=self._cache)
-            if not generate:
-                await self._warm_up(prepared, token)
-                return
-            handle = await self._service.start(prepared, owner=self._owner)
-            await self._forward(handle, prepared, token)
+            with faults_as_exceptions():  # a panic in native code: an error event too
+                prepared = await self._service.prepare(body, owner=self._owner, local=self._cache)
+                if not generate:
+                    await self._warm_up(prepared, token)
+                    return
+                handle = await self._service.start(prepared, owner=self._owner)
+                await self._forward(handle, prepared, token)
         except Exception as error:
             if handle is not None:
                 handle.abandon()  # its events can no longer reach the client
@@ -273,13 +275,20 @@ class ResponsesSocket:
             await self._websocket.send(text)
 
 
-async def _decode(message: str | bytes) -> dict[str, Any]:
-    """A client event: a JSON object with a ``type``.
+async def _decode(message: str | bytes | None) -> dict[str, Any]:
+    """A client event: a JSON object with a ``type``, in a text message.
 
     Raises:
-        InvalidRequestError: not JSON, not an object, or no ``type``.
+        InvalidRequestError: a binary message (quart gives None for an empty one),
+            not JSON, not an object, or no ``type``.
     """
-    data = message.encode() if isinstance(message, str) else message
+    if not isinstance(message, str):
+        raise InvalidRequestError(
+            f"Got a binary WebSocket message ({len(message or b'')} bytes); send each event "
+            'as a text message holding a JSON object, like {"type": "response.create", ...}.',
+            code="unsupported_frame",
+        )
+    data = message.encode()
     event = await offload(len(data), partial(decode_json_body, data))
     if not isinstance(event, dict):
         raise InvalidRequestError(
