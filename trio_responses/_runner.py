@@ -25,6 +25,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
@@ -32,6 +34,7 @@ import trio
 
 from ._config import Config
 from ._exceptions import RequestTooLargeError, ServerBusyError, ShuttingDownError
+from ._faults import split_faults
 from ._generation import PromptPlan, generate_response
 from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
@@ -223,7 +226,9 @@ class JobRunner:
                 else config.max_queued_jobs_per_key
             )
         self._tenants: dict[str | None, _Tenant] = {}
-        """Owners with jobs running here (none without)."""
+        """Owners with jobs (or `counted` work) here (none without)."""
+        self._counted = 0
+        """Work under `counted`, which takes a place as a job would."""
         self._recent: deque[FinishedJob] = deque(maxlen=RECENT_JOBS)
         self._finished_tokens: dict[str, int] = {}
         """Output tokens of the jobs that finished here, by requested model name."""
@@ -373,7 +378,7 @@ class JobRunner:
         config = self._config
         if not self._accepting:
             raise ShuttingDownError("The server is shutting down; retry on another replica.")
-        if len(self._running) >= config.max_active_jobs + config.max_queued_jobs:
+        if len(self._running) + self._counted >= config.max_active_jobs + config.max_queued_jobs:
             raise ServerBusyError(
                 f"The server is at capacity ({config.max_active_jobs} responses generating, "
                 f"{config.max_queued_jobs} queued). Retry after a short wait."
@@ -417,26 +422,51 @@ class JobRunner:
             code="store_limit_exceeded",
         )
 
+    @contextmanager
+    def counted(self, owner: str | None) -> Iterator[None]:
+        """Hold a job's place for ``owner`` while work that is not a job runs for it
+        (counting input tokens, preparing a compaction: rendering that a client
+        could otherwise repeat at will), against the server's and the owner's
+        limits alike.
+
+        Raises:
+            ServerBusyError, ShuttingDownError: as `start`, no place is free.
+        """
+        self._admit(owner)
+        self._counted += 1
+        self._enter_tenant(owner)
+        try:
+            yield
+        finally:
+            self._counted -= 1
+            self._leave_tenant(owner)
+
     def _register(self, job: Job) -> None:
         self._running[job.id] = job
-        tenant = self._tenants.get(job.owner)
-        if tenant is None:
-            tenant = self._tenants[job.owner] = _Tenant(self._key_slots)
-        tenant.running += 1
+        self._enter_tenant(job.owner)
         if self._idle.is_set():
             self._idle = trio.Event()
 
     def _unregister(self, job: Job) -> None:
         del self._running[job.id]
-        tenant = self._tenants[job.owner]
-        tenant.running -= 1
-        if not tenant.running:
-            del self._tenants[job.owner]
+        self._leave_tenant(job.owner)
         job.ended.set()
         if not self._running:
             self._idle.set()
         if job.finished:
             self._remember(job)
+
+    def _enter_tenant(self, owner: str | None) -> None:
+        tenant = self._tenants.get(owner)
+        if tenant is None:
+            tenant = self._tenants[owner] = _Tenant(self._key_slots)
+        tenant.running += 1
+
+    def _leave_tenant(self, owner: str | None) -> None:
+        tenant = self._tenants[owner]
+        tenant.running -= 1
+        if not tenant.running:
+            del self._tenants[owner]
 
     def _remember(self, job: Job) -> None:
         """Keep what operators see of a finished job, and count its tokens."""
@@ -497,7 +527,18 @@ class JobRunner:
             task_status.started(
                 job.snapshot() if job.background and not job.request.stream else None
             )
-            await self._generate(job, plan, recorder, timer, turn)
+            try:
+                await self._generate(job, plan, recorder, timer, turn)
+            except BaseException as error:
+                # A fault of a task beside the generation (recording it, keeping its
+                # conversation): the job ended with it; the server goes on.
+                passing, fault = split_faults(error)
+                if fault is not None:
+                    logger.error("%s: a task of the response failed", job.id, exc_info=fault)
+                if passing is error:
+                    raise
+                if passing is not None:
+                    raise passing from None
         finally:
             self._unregister(job)
 
@@ -536,10 +577,16 @@ class JobRunner:
                             metrics=self._metrics,
                             timer=timer,
                         )
-            except Exception:
-                logger.exception("%s failed with an internal error", job.id)
-                if not job.finished:
-                    job.finish("failed", error=dict(_INTERNAL_ERROR))
+            except BaseException as error:
+                passing, fault = split_faults(error)
+                if fault is not None:  # an exception, or a panic in native code
+                    logger.error("%s failed with an internal error", job.id, exc_info=fault)
+                    if not job.finished:
+                        job.finish("failed", error=dict(_INTERNAL_ERROR))
+                if passing is error:
+                    raise
+                if passing is not None:
+                    raise passing from None
             finally:
                 if not job.finished:  # our own nursery is being cancelled: shutting down
                     job.finish("failed", error=dict(SHUTDOWN_ERROR))

@@ -21,6 +21,8 @@ from typing import Any
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 from quart import Response, g, has_request_context, has_websocket_context, request, websocket
+from quart.ctx import RequestContext, WebsocketContext
+from quart.typing import ResponseReturnValue
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
@@ -35,6 +37,7 @@ from .._exceptions import (
     RequestTooLargeError,
     ResponsesError,
 )
+from .._faults import faults_as_exceptions
 from .._logging import RESPONSE_ID, printable, refusal
 from .._offload import offload
 from .._service import ResponsesService
@@ -218,11 +221,32 @@ class _HTTPConnection(TrioASGIHTTPConnection):
             await self.handle_request(nursery, request, send)
 
 
+class _App(QuartTrio):
+    """quart-trio's application, with every fault of a view handled as an error.
+
+    Quart turns the exceptions of a view into error responses (here: the
+    error JSON, 500 for a bug); a panic in native code is a `BaseException`,
+    which would pass by and end the connection's task without an answer.
+    """
+
+    async def dispatch_request(
+        self, request_context: RequestContext | None = None
+    ) -> ResponseReturnValue:
+        with faults_as_exceptions():
+            return await super().dispatch_request(request_context)
+
+    async def dispatch_websocket(
+        self, websocket_context: WebsocketContext | None = None
+    ) -> ResponseReturnValue | None:
+        with faults_as_exceptions():
+            return await super().dispatch_websocket(websocket_context)
+
+
 def create_app(service: ResponsesService) -> QuartTrio:
     """The quart-trio application serving ``service``. Our server puts
     `create_route.CreateRoute` in front of it (`create_route.create_asgi_app`)."""
     config = service.config
-    app = QuartTrio("trio_responses")
+    app = _App("trio_responses")
     app.asgi_http_class = _HTTPConnection
     # Quart cuts any response (SSE included) after 60 s by default.
     app.config["RESPONSE_TIMEOUT"] = None

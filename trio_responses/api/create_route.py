@@ -31,6 +31,7 @@ from hypercorn.typing import (
     Scope,
 )
 
+from .._faults import faults_as_exceptions
 from .._logging import RESPONSE_ID
 from .._offload import offload
 from .._service import ResponsesService
@@ -183,8 +184,11 @@ class CreateRoute:
                 body_read = True
                 # As in quart-trio, the client's disconnect cancels the request.
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                decoded = await offload(len(data), partial(decode_json_body, data))
-                answer = await create_answer(self._service, decoded, size=len(data), owner=owner)
+                with faults_as_exceptions():  # a panic in native code: a 500 like a bug
+                    decoded = await offload(len(data), partial(decode_json_body, data))
+                    answer = await create_answer(
+                        self._service, decoded, size=len(data), owner=owner
+                    )
                 if isinstance(answer, SSEBody):
                     stream = answer
                 else:
