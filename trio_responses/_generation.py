@@ -29,7 +29,7 @@ import trio
 from mcp_types import REQUEST_TIMEOUT
 
 from ._exceptions import EngineError, InvalidRequestError
-from ._offload import offload
+from ._offload import INLINE_TOKENIZED, offload
 from .background.job import Job
 from .engine.base import (
     ChoiceConstraint,
@@ -152,6 +152,7 @@ async def generate_response(
                     tools=(prompt_tools := replace(plan.tools, namespaces=namespaces)),
                     approval_results=results,
                 ),
+                inline=INLINE_TOKENIZED,
             )
         except InvalidRequestError as error:
             job.finish("failed", error=_error(error.message))

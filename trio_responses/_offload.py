@@ -20,6 +20,12 @@ T = TypeVar("T")
 INLINE_BYTES = 64 * 1024
 """Inputs up to this size are handled on the event loop."""
 
+INLINE_TOKENIZED = 2 * 1024
+"""Text up to this size is tokenized on the event loop. Tokenizing costs from
+half a microsecond a character (prose) to about nine (a long run of a
+three-byte script, which byte-pair encoding handles in quadratic time, cut
+every 2,048 characters): at most about 20 ms inline."""
+
 WORKER_THREADS = 2
 """Large requests processed at once; the rest wait their turn (off the loop)."""
 
@@ -44,14 +50,16 @@ def _limiter(lane: Lane) -> trio.CapacityLimiter:
         return limiter
 
 
-async def offload(size: int, function: Callable[[], T], *, lane: Lane = "requests") -> T:
-    """``function()``, inline when ``size`` (bytes, or an estimate) is small,
-    else in a worker thread of ``lane``.
+async def offload(
+    size: int, function: Callable[[], T], *, lane: Lane = "requests", inline: int = INLINE_BYTES
+) -> T:
+    """``function()``, inline when ``size`` (bytes, or an estimate) is at most
+    ``inline``, else in a worker thread of ``lane``.
 
     Cancellation while waiting for the limiter is immediate; once the thread
     runs, the caller waits for it (the work is bounded by the input's size).
     """
-    if size <= INLINE_BYTES:
+    if size <= inline:
         return function()
     return await trio.to_thread.run_sync(function, limiter=_limiter(lane))
 

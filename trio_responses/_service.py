@@ -36,7 +36,7 @@ from ._compaction import compacted_response, parse_compact_request, summarizing_
 from ._config import Config
 from ._conversations import Conversations, context_ids
 from ._exceptions import InvalidRequestError, NotFoundError
-from ._offload import INLINE_BYTES, estimated_size, offload
+from ._offload import INLINE_BYTES, INLINE_TOKENIZED, estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
 from ._runner import FinishedJob, JobRunner, ResponseHandle
 from ._sealed_items import INCLUDE_REASONING, item_opener, reasoning_sealer
@@ -47,7 +47,12 @@ from .engine import Engine, open_engine
 from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
 from .protocol.ids import new_id
-from .protocol.request import CreateRequest, check_includes, parse_create_request
+from .protocol.request import (
+    CreateRequest,
+    check_includes,
+    load_schema_checker,
+    parse_create_request,
+)
 from .protocol.shape import request_shape
 from .sealing import Sealer, load_key
 from .store.base import State, StoredResponse, StoreError
@@ -274,11 +279,14 @@ class ResponsesService:
 
         Raises:
             InvalidRequestError, ModelNotFoundError, NotFoundError: bad request.
+            ServerBusyError: the server, or this owner (API key), has as many
+                unfinished responses as it may have: counting takes a place too.
             StoreError: the state backend is unavailable (``previous_response_id``).
         """
         if isinstance(request, Mapping) and request.get("model") is None:
             request = {**request, "model": self.config.model_name}
-        prepared = await self._prepare(request, owner)
+        with self._runner.counted(owner):
+            prepared = await self._prepare(request, owner)
         return len(prepared.prompt_tokens)
 
     async def _prepare(
@@ -314,11 +322,12 @@ class ResponsesService:
             context_param = "conversation"
         # Sealed reasoning and compaction items open for their owner only (400 otherwise).
         unseal = item_opener(self.sealer, owner, context_param=context_param)
-        prepared = await offload(
-            size + estimated_size(context),
+        prepared = await offload(  # renders the prompt: tokenizes client text
+            size + estimated_size(context, limit=INLINE_TOKENIZED),
             partial(
                 prepare, request, context, config=self.config, unseal=unseal, request_bytes=known
             ),
+            inline=INLINE_TOKENIZED,
         )
         if request.conversation_id is not None:
             prepared = replace(prepared, context_ids=context_ids(context))
@@ -345,7 +354,8 @@ class ResponsesService:
             estimated_size(fields),
             partial(parse_compact_request, fields, default_model=self.config.model_name),
         )
-        prepared = await self._prepare(summarizing_request(request), owner)
+        with self._runner.counted(owner):
+            prepared = await self._prepare(summarizing_request(request), owner)
         handle = await self._runner.start(prepared, owner=owner)
         try:
             response = await handle.wait()
@@ -742,9 +752,11 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
                 disk_bytes=config.python_disk_mb * 1024 * 1024,
             ),
         )
-    # Loading the harmony vocabulary takes a few hundred milliseconds: do it now, off
-    # the event loop, rather than inside the first request.
+    # Loading the harmony vocabulary and the JSON Schema checks takes a few hundred
+    # milliseconds each: do it now, off the event loop, rather than inside the
+    # first request.
     await trio.to_thread.run_sync(load_encoding)
+    await trio.to_thread.run_sync(load_schema_checker)
     sealer = Sealer(await trio.to_thread.run_sync(load_key, config))
     metrics = Metrics(model=config.model_name, engine=config.engine)
     pool = ToolServerPool(

@@ -872,6 +872,14 @@ def _check_semantics(request: CreateRequest) -> None:
                     )
 
 
+def load_schema_checker() -> None:
+    """Make the first `check_json_schema` as quick as the next: it imports the JSON
+    Schema library and builds its meta-schema checks, about half a second that
+    a request handled on the event loop should not wait for (call it once, off
+    the loop, at start-up)."""
+    check_json_schema({"type": "object"}, param="schema", what="a start-up check")
+
+
 def check_json_schema(schema: dict[str, Any], *, param: str, what: str) -> None:
     """Raise `InvalidRequestError` unless ``schema`` is a valid JSON Schema.
 
