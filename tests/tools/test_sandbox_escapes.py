@@ -558,3 +558,30 @@ async def test_io_uring_is_unavailable(server: Server) -> None:
     status, logs = await run_code(server, code)
     assert status == "completed", logs
     assert report_of(logs) == dict.fromkeys(("setup", "enter", "register"), errno.ENOSYS)
+
+
+async def test_host_wide_proc_files_are_masked(server: Server) -> None:
+    masked = ["/proc/stat", "/proc/loadavg", "/proc/meminfo", "/proc/cmdline", "/proc/uptime"]
+    for path in masked:  # what a run would learn about the host
+        assert await trio.Path(path).read_bytes(), path
+    code = (
+        "import json, os\n"
+        "report = {}\n"
+        f"for path in {masked!r} + ['/proc/self/status']:\n"
+        "    try:\n"
+        "        with open(path, 'rb') as file:\n"
+        "            report[path] = len(file.read())\n"
+        "    except OSError as error:\n"
+        "        report[path] = type(error).__name__\n"
+        "report['pressure'] = os.listdir('/proc/pressure') if os.path.isdir('/proc/pressure')"
+        " else []\n"
+        "report['cpus'] = os.cpu_count()\n"
+        "print(json.dumps(report))"
+    )
+    status, logs = await run_code(server, code)
+    assert status == "completed", logs
+    report = report_of(logs)
+    assert report.pop("/proc/self/status") > 0  # the run's own processes: readable
+    assert report.pop("pressure") == []
+    assert report.pop("cpus") >= 1
+    assert report == dict.fromkeys(masked, "PermissionError")
