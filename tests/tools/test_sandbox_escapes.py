@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import pathlib
+import platform
 import re
 import secrets
 import socket
@@ -27,6 +28,7 @@ import trio_responses
 from tests.conftest import StartServer
 from tests.support import MODEL, Server
 from tests.tools.test_sandbox import host_processes_with
+from trio_responses.tools import seccomp
 from trio_responses.tools.session import McpSession
 from trio_responses.tools.transport import connect_to
 
@@ -35,6 +37,11 @@ MIB = 1024 * 1024
 MARKER_ENV = "TRIO_RESPONSES_TEST_SECRET"
 SOURCE = pathlib.Path(trio_responses.__file__).resolve()
 """The server's own source (its package's ``__init__.py``)."""
+TABLE = seccomp.TABLES.get(platform.machine())
+"""This machine's system call numbers, or None where the sandbox has no filter."""
+needs_filter = pytest.mark.skipif(
+    TABLE is None, reason=f"no seccomp filter for {platform.machine()}"
+)
 
 
 @pytest.fixture
@@ -426,3 +433,155 @@ async def test_a_standalone_tool_server_is_sandboxed_too(nursery: trio.Nursery) 
         process.kill()
         with trio.CancelScope(shield=True):
             await process.wait()
+
+
+def socket_attempts(families: dict[str, int]) -> str:
+    """Code that tries to create a socket of each family (never connecting one) and
+    prints ``{name: "created" or errno}``."""
+    return (
+        "import json, socket\n"
+        "report = {}\n"
+        f"for name, family in {families!r}.items():\n"
+        "    try:\n"
+        "        socket.socket(family, socket.SOCK_STREAM if family == 40 else"
+        " socket.SOCK_RAW).close()\n"
+        "        report[name] = 'created'\n"
+        "    except OSError as error:\n"
+        "        report[name] = error.errno\n"
+        "print(json.dumps(report))"
+    )
+
+
+@needs_filter
+async def test_a_vsock_socket_cannot_be_created(server: Server) -> None:
+    # AF_VSOCK reaches the hypervisor, which no network namespace confines; the
+    # code only ever creates one (inside the sandbox), never connects it.
+    status, logs = await run_code(server, socket_attempts({"vsock": 40}))
+    assert status == "completed", logs
+    assert report_of(logs) == {"vsock": errno.EAFNOSUPPORT}
+
+
+@needs_filter
+async def test_netlink_and_packet_sockets_cannot_be_created(server: Server) -> None:
+    status, logs = await run_code(server, socket_attempts({"netlink": 16, "packet": 17}))
+    assert status == "completed", logs
+    assert report_of(logs) == {"netlink": errno.EAFNOSUPPORT, "packet": errno.EAFNOSUPPORT}
+
+
+@needs_filter
+async def test_only_unix_and_inet_sockets_open(server: Server) -> None:
+    assert TABLE is not None
+    socket_nr = TABLE.sockets[0]
+    code = (
+        "import ctypes, json, os, socket\n"
+        "opened = []\n"
+        "for family in range(46):\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET,"
+        " socket.SOCK_RAW):\n"
+        "        try:\n"
+        "            socket.socket(family, kind).close()\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        opened.append(family)\n"
+        "        break\n"
+        "pair = socket.socketpair(socket.AF_UNIX)\n"
+        "pair[0].sendall(b'ok')\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.syscall.restype = ctypes.c_long\n"
+        "# AF_VSOCK in the low 32 bits, a bit above them: the kernel reads an int.\n"
+        f"fd = libc.syscall(ctypes.c_long({socket_nr}), ctypes.c_long((1 << 32) | 40),"
+        " ctypes.c_long(socket.SOCK_STREAM), ctypes.c_long(0))\n"
+        "if fd >= 0:\n"
+        "    os.close(fd)\n"
+        "print(json.dumps({'opened': opened, 'pair': pair[1].recv(2).decode(),"
+        " 'high bits': 'created' if fd >= 0 else ctypes.get_errno()}))"
+    )
+    status, logs = await run_code(server, code)
+    assert status == "completed", logs
+    assert report_of(logs) == {
+        "opened": [socket.AF_UNIX, socket.AF_INET, socket.AF_INET6],
+        "pair": "ok",
+        "high bits": errno.EAFNOSUPPORT,
+    }
+
+
+KEYRING_CODE = """\
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, REQUEST_KEY, KEYCTL = {numbers}
+KEY_SPEC_SESSION_KEYRING, KEYCTL_GET_KEYRING_ID, KEYCTL_SEARCH = -3, 0, 10
+def call(*args):
+    result = libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    return result if result >= 0 else -ctypes.get_errno()
+description = {description!r}.encode()
+report = {{
+    "add_key": call(ADD_KEY, b"user", description, b"payload", 7, KEY_SPEC_SESSION_KEYRING),
+    "request_key": call(REQUEST_KEY, b"user", description, None, 0),
+    "keyctl get": call(KEYCTL, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0),
+    "keyctl search": call(KEYCTL, KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, b"user",
+                          description, 0),
+}}
+print(json.dumps(report))
+"""
+
+
+@needs_filter
+async def test_the_kernel_keyring_is_out_of_reach(server: Server) -> None:
+    # Keyrings are not namespaced: a key one run added could be found by a later
+    # run. Every keyring call fails, so neither can happen.
+    assert TABLE is not None
+    code = KEYRING_CODE.format(
+        numbers=TABLE.keyring,  # add_key, request_key, keyctl
+        description=f"left-by-a-run-{secrets.token_hex(6)}",
+    )
+    for _ in range(2):  # the second run looks for the first one's key
+        status, logs = await run_code(server, code)
+        assert status == "completed", logs
+        assert set(report_of(logs).values()) == {-errno.EPERM}, logs
+
+
+@needs_filter
+async def test_io_uring_is_unavailable(server: Server) -> None:
+    assert TABLE is not None
+    setup, enter, register = TABLE.io_uring
+    code = (
+        "import ctypes, json\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "params = ctypes.create_string_buffer(120)  # struct io_uring_params\n"
+        "report = {}\n"
+        f"for name, args in (('setup', ({setup}, 8, params)), ('enter', ({enter}, 0, 1, 0, 0,"
+        f" None, 0)), ('register', ({register}, 0, 0, None, 0))):\n"
+        "    result = libc.syscall(*args)\n"
+        "    report[name] = result if result >= 0 else ctypes.get_errno()\n"
+        "print(json.dumps(report))"
+    )
+    status, logs = await run_code(server, code)
+    assert status == "completed", logs
+    assert report_of(logs) == dict.fromkeys(("setup", "enter", "register"), errno.ENOSYS)
+
+
+async def test_host_wide_proc_files_are_masked(server: Server) -> None:
+    masked = ["/proc/stat", "/proc/loadavg", "/proc/meminfo", "/proc/cmdline", "/proc/uptime"]
+    for path in masked:  # what a run would learn about the host
+        assert await trio.Path(path).read_bytes(), path
+    code = (
+        "import json, os\n"
+        "report = {}\n"
+        f"for path in {masked!r} + ['/proc/self/status']:\n"
+        "    try:\n"
+        "        with open(path, 'rb') as file:\n"
+        "            report[path] = len(file.read())\n"
+        "    except OSError as error:\n"
+        "        report[path] = type(error).__name__\n"
+        "report['pressure'] = os.listdir('/proc/pressure') if os.path.isdir('/proc/pressure')"
+        " else []\n"
+        "report['cpus'] = os.cpu_count()\n"
+        "print(json.dumps(report))"
+    )
+    status, logs = await run_code(server, code)
+    assert status == "completed", logs
+    report = report_of(logs)
+    assert report.pop("/proc/self/status") > 0  # the run's own processes: readable
+    assert report.pop("pressure") == []
+    assert report.pop("cpus") >= 1
+    assert report == dict.fromkeys(masked, "PermissionError")

@@ -3,7 +3,8 @@
 Each run gets fresh user, pid, network, ipc, uts, mount and cgroup namespaces
 (``--unshare-all``). Its filesystem is a read-only tmpfs holding only ``/usr``
 (plus the ``/bin``, ``/lib*`` links into it), the Python runtime user code runs
-with (its prefix, read-only), a new ``/proc`` (it sees its own processes only),
+with (its prefix, read-only), a new ``/proc`` (it sees its own processes only)
+with the host-wide files that show other runs' activity masked (`MASKED_PROC`),
 a minimal read-only ``/dev``, and the work directory, ``/mnt/data``: a tmpfs of
 ``disk_bytes`` that is also ``/tmp``. No ``/etc``, no home, no project checkout,
 no sockets of the host. The environment is empty but for what `environment`
@@ -43,6 +44,47 @@ SANDBOX_UID = 1000
 
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """Top-level directories that merged-/usr systems make links into /usr."""
+
+MASKED_PROC_FILES = (
+    "buddyinfo",
+    "cmdline",
+    "diskstats",
+    "interrupts",
+    "key-users",
+    "keys",
+    "latency_stats",
+    "loadavg",
+    "meminfo",
+    "pagetypeinfo",
+    "sched_debug",
+    "schedstat",
+    "slabinfo",
+    "softirqs",
+    "stat",
+    "swaps",
+    "sys/fs/file-nr",
+    "sys/fs/inode-nr",
+    "sys/kernel/random/boot_id",
+    "timer_list",
+    "uptime",
+    "vmallocinfo",
+    "vmstat",
+    "zoneinfo",
+)
+"""Files under ``/proc`` that no namespace confines: the whole host's CPU, memory,
+disk, interrupt and scheduler counters, load, uptime, boot command line and id,
+and keyrings, from which a run could watch other tenants' runs. Each is covered
+by the host's ``/dev/null`` on a ``nodev`` bind, so opening it fails with
+``EACCES`` (``PermissionError``). Those this kernel lacks are left out.
+
+What Python needs keeps working: ``/proc/self`` and the run's own processes;
+``os.cpu_count()`` (glibc falls back to ``sched_getaffinity`` when it cannot
+read ``/proc/stat`` and there is no ``/sys``); ``/proc/cpuinfo``. ``/proc/net``
+is the run's own network namespace's."""
+
+MASKED_PROC_DIRS = ("irq", "pressure")
+"""Directories under ``/proc`` hidden the same way (per-interrupt counters,
+the host's pressure stall information): an empty read-only tmpfs covers each."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +192,15 @@ class Bwrap:
                     argv += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
             argv += ["--ro-bind", bind, bind]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+        argv += ["--proc", "/proc"]
+        for name in MASKED_PROC_FILES:
+            if os.path.exists(f"/proc/{name}"):
+                argv += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+        for name in MASKED_PROC_DIRS:
+            if os.path.isdir(f"/proc/{name}"):
+                argv += ["--perms", "0555", "--tmpfs", f"/proc/{name}"]
+                argv += ["--remount-ro", f"/proc/{name}"]
+        argv += ["--dev", "/dev", "--remount-ro", "/dev"]
         argv += ["--perms", "1777", "--size", str(disk_bytes), "--tmpfs", WORK_DIR]
         argv += ["--symlink", WORK_DIR, "/tmp"]
         argv += ["--perms", "0644", "--file", str(code_fd), f"{WORK_DIR}/main.py"]

@@ -4,10 +4,12 @@
 
 - ``bwrap`` (and ``auto``): every run in its own bubblewrap sandbox
   (``tools.bwrap``): no network, no view of the host's files beyond ``/usr``
-  and the Python runtime (read-only), its own processes only, a size-limited
-  tmpfs work directory, an empty environment, no capabilities, a seccomp
-  filter against memory the limits cannot see (``tools.seccomp``). It
-  refuses (`SandboxUnavailable`) when bubblewrap is missing or does not work.
+  and the Python runtime (read-only), its own processes only (the host-wide
+  files of ``/proc`` masked), a size-limited tmpfs work directory, an empty
+  environment, no capabilities, a seccomp filter against memory the limits
+  cannot see and kernel interfaces user code has no use for (sockets other
+  than unix and IP, keyrings, io_uring: ``tools.seccomp``). It refuses
+  (`SandboxUnavailable`) when bubblewrap is missing or does not work.
 - ``none``: a plain child process in a temporary directory with a scrubbed
   environment: resource limits only, no isolation. It can read what the
   server's user can read and reach the network; a warning says so.
