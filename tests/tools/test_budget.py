@@ -1,13 +1,20 @@
-"""The code runs' memory budget: the arithmetic and the slots."""
+"""The code runs' memory budget: the arithmetic, the slots, and a real server with two keys."""
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from typing import Any
 
+import openai
 import pytest
 import trio
 import trio.testing
+from openai import AsyncOpenAI
 
+from tests.conftest import StartServer
+from tests.support import MODEL
+from tests.tools.test_sandbox import host_processes_with
 from trio_responses._exceptions import StartupError
 from trio_responses.tools.budget import (
     MIB,
@@ -19,6 +26,7 @@ from trio_responses.tools.budget import (
     plan_budget,
 )
 
+TOOLS = [{"type": "code_interpreter", "container": {"type": "auto"}}]
 RLIMIT_RUN = 8 * 512 * MIB + 64 * MIB
 """One run's worst case with the default limits and no cgroup."""
 
@@ -165,3 +173,118 @@ async def test_a_run_that_waits_too_long_says_why() -> None:
                 async with slots.hold("c", wait_s=0.01):
                     pass
     assert (slots.running, slots.waiting, slots.health()["keys"]) == (0, 0, 0)
+
+
+# -- a real server -----------------------------------------------------------------------
+
+
+def _sleeper(marker: str) -> str:
+    """A code block whose run sleeps for an hour as a process named by ``marker``."""
+    return (
+        "```python\nimport os, sys\n"
+        f'os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)", '
+        f'"{marker}"])\n```'
+    )
+
+
+async def test_the_memory_budget_with_concurrent_runs_of_two_keys(
+    start_server: StartServer,
+) -> None:
+    server = await start_server(
+        code_interpreter=True,
+        api_keys=("key-a", "key-b"),
+        admin_keys=("admin",),
+        python_max_concurrent=3,
+        python_max_concurrent_per_key=2,
+        python_memory_mb=128,
+        python_memory_budget_mb=4096,
+        python_wall_s=600,
+        tool_timeout_s=600,
+    )
+    clients = {
+        key: AsyncOpenAI(base_url=server.base_url, api_key=f"key-{key}", max_retries=0)
+        for key in ("a", "b")
+    }
+    tag = "budget-" + secrets.token_hex(4)
+    responses: dict[str, str] = {}
+
+    def running() -> set[str]:
+        return {name for name in responses if host_processes_with(f"{tag}-{name}\0")}
+
+    async def budget() -> dict[str, Any]:
+        reply = await server.http.get("/health", headers={"Authorization": "Bearer admin"})
+        health: dict[str, Any] = reply.json()["sandbox"]["budget"]
+        return health
+
+    async def start(name: str) -> None:
+        response = await clients[name[0]].responses.create(
+            model=MODEL, input=_sleeper(f"{tag}-{name}"), tools=TOOLS, background=True
+        )
+        responses[name] = response.id
+
+    async def until(condition: Any) -> None:
+        with trio.fail_after(60):
+            while not await condition():  # noqa: ASYNC110 (processes: no event)
+                await trio.sleep(0.05)
+
+    async def runs_are(expected: set[str]) -> None:
+        async def holds() -> bool:
+            return running() == expected
+
+        await until(holds)
+
+    async def waiting_is(count: int) -> None:
+        async def holds() -> bool:
+            return (await budget())["waiting"] == count
+
+        await until(holds)
+
+    try:
+        await start("a1")
+        await runs_are({"a1"})
+        await start("a2")
+        await runs_are({"a1", "a2"})
+        await start("a3")  # over its key's 2: waits
+        await waiting_is(1)
+        await start("b1")
+        await runs_are({"a1", "a2", "b1"})
+        await start("b2")  # over the server's 3: waits
+        await waiting_is(2)
+        assert running() == {"a1", "a2", "b1"}
+        health = await budget()
+        assert (health["running"], health["keys"]) == (3, 2)
+        assert health["max_concurrent"] == 3 and health["max_concurrent_per_key"] == 2
+        assert health["worst_case_bytes"] <= health["budget_bytes"] == 4096 * MIB
+
+        # A cancelled run is stopped and frees its slots: b2 had queued for the
+        # server's slot before a3 could, so it goes first.
+        await clients["a"].responses.cancel(responses["a1"])
+        await runs_are({"a2", "b1", "b2"})
+        await waiting_is(1)
+        await clients["b"].responses.cancel(responses["b1"])
+        await runs_are({"a2", "b2", "a3"})
+        await waiting_is(0)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(30):
+            for name, response_id in responses.items():
+                with contextlib.suppress(openai.APIError):  # already cancelled
+                    await clients[name[0]].responses.cancel(response_id)
+            for client in clients.values():
+                await client.close()
+    await runs_are(set())
+    health = await budget()
+    assert (health["running"], health["waiting"], health["keys"]) == (0, 0, 0)
+
+
+async def test_health_shows_the_budget(start_server: StartServer) -> None:
+    server = await start_server(
+        code_interpreter=True, python_memory_mb=256, python_memory_budget_mb=8192
+    )
+    budget = (await server.http.get("/health")).json()["sandbox"]["budget"]
+    per_run = 256 * MIB if budget["memory_bound"] == "cgroup" else 8 * 256 * MIB + 64 * MIB
+    assert budget["per_run_bytes"] == per_run
+    assert budget["max_concurrent"] == 8192 * MIB // per_run  # as many as fit
+    assert budget["worst_case_bytes"] == budget["max_concurrent"] * per_run
+    assert budget["budget_bytes"] == 8192 * MIB
+    assert budget["budget_source"] == "--python-memory-budget-mb"
+    assert (budget["running"], budget["waiting"]) == (0, 0)
