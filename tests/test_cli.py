@@ -249,6 +249,46 @@ def test_tool_flags() -> None:
     assert from_env.code_interpreter is True  # type: ignore[attr-defined]
 
 
+def test_code_run_budget_flags() -> None:
+    config = _config(
+        [
+            "--code-interpreter",
+            "--python-max-concurrent",
+            "3",
+            "--python-memory-budget-mb",
+            "4096",
+        ],
+        {"TRIO_RESPONSES_PYTHON_MAX_CONCURRENT_PER_KEY": "1"},
+    )
+    assert config.python_max_concurrent == 3  # type: ignore[attr-defined]
+    assert config.python_max_concurrent_per_key == 1  # type: ignore[attr-defined]
+    assert config.python_memory_budget_mb == 4096  # type: ignore[attr-defined]
+    # The bundled tool server holds the server-wide limit too.
+    assert "--max-concurrent 3" in config.all_tool_servers[0]  # type: ignore[attr-defined]
+    defaults = _config(["--code-interpreter"])
+    assert defaults.python_max_concurrent is None  # type: ignore[attr-defined]
+    assert defaults.python_max_concurrent_per_key == 2  # type: ignore[attr-defined]
+    assert "--max-concurrent" not in defaults.all_tool_servers[0]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="python_max_concurrent must be >= 1"):
+        _config(["--python-max-concurrent", "0"])
+
+
+def test_a_code_run_budget_that_does_not_fit_is_refused_at_start() -> None:
+    result = _serve(
+        "--port",
+        "0",
+        "--code-interpreter",
+        "--python-max-concurrent",
+        "2",
+        "--python-memory-budget-mb",
+        "100",
+    )
+    _assert_one_line(
+        result, "cannot start the code interpreter", "2 runs at once", "budget of 100 MiB"
+    )
+    assert "listening on" not in result.stderr
+
+
 def test_an_unreachable_store_is_reported_without_its_password() -> None:
     result = subprocess.run(
         [

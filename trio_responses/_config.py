@@ -199,6 +199,15 @@ class Config:
     """Bundled python tool: most processes one run may have at once."""
     python_disk_mb: int = 64
     """Bundled python tool: size of each run's private work directory, in MiB."""
+    python_max_concurrent: int | None = None
+    """Bundled python tool: most runs at once, all API keys together. None: as many
+    as fit ``python_memory_budget_mb`` (see ``tools.budget``)."""
+    python_max_concurrent_per_key: int = 2
+    """Bundled python tool: most runs of one API key at once (with ``api_keys``)."""
+    python_memory_budget_mb: int | None = None
+    """Bundled python tool: memory (MiB) every run together may hold at worst; the
+    server refuses to start when the limits above allow more. None: three quarters
+    of the host's memory (or of the server's cgroup limit, if lower)."""
     mcp_allow_hosts: tuple[str, ...] = ()
     """Patterns per-request MCP ``server_url``s must match: host names (``fnmatch``),
     addresses or CIDR networks, each optionally with ``:port`` (see
@@ -332,7 +341,13 @@ class Config:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        for name, least in (("max_active_jobs_per_key", 1), ("max_queued_jobs_per_key", 0)):
+        for name, least in (
+            ("max_active_jobs_per_key", 1),
+            ("max_queued_jobs_per_key", 0),
+            ("python_max_concurrent", 1),
+            ("python_max_concurrent_per_key", 1),
+            ("python_memory_budget_mb", 1),
+        ):
             value = getattr(self, name)
             if value is not None and value < least:
                 raise ValueError(f"{name} must be >= {least}")
@@ -387,6 +402,8 @@ class Config:
             f"--timeout {self.python_wall_s:g} --sandbox {self.python_sandbox} "
             f"--processes {self.python_processes} --disk-mb {self.python_disk_mb}"
         )
+        if self.python_max_concurrent is not None:
+            command += f" --max-concurrent {self.python_max_concurrent}"
         return (f"python=stdio:{command}", *self.tool_servers)
 
     @property

@@ -48,6 +48,7 @@ from .protocol.builder import request_echo
 from .protocol.ids import new_id
 from .protocol.lifecycle import Status
 from .store.base import State, StoredResponse, StoreLimits, first_record_bound, measure_record
+from .tools.budget import RunSlots
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
 
@@ -198,8 +199,12 @@ class JobRunner:
         state: State,
         nursery: trio.Nursery,
         metrics: Metrics | None = None,
+        python_slots: RunSlots | None = None,
     ) -> None:
+        """``python_slots``: what bounds the bundled code interpreter's runs at once
+        (None: nothing here; the tool server's own limits, if any)."""
         self._config = config
+        self._python_slots = python_slots
         self._engine = engine
         self._pool = pool
         self._state = state
@@ -564,6 +569,8 @@ class JobRunner:
                 close_timeout_s=config.cleanup_timeout_s,
                 allow_hosts=config.mcp_allow_hosts,
                 open_sessions=self._metrics.request_mcp_sessions,
+                python_slots=self._python_slots,
+                owner=job.owner,
             )
             try:
                 with job.cancel_scope:

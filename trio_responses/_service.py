@@ -751,6 +751,9 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
                 processes=config.python_processes,
                 disk_bytes=config.python_disk_mb * 1024 * 1024,
             ),
+            max_concurrent=config.python_max_concurrent,
+            max_concurrent_per_key=config.python_max_concurrent_per_key,
+            memory_budget_mb=config.python_memory_budget_mb,
         )
     # Loading the harmony vocabulary and the JSON Schema checks takes a few hundred
     # milliseconds each: do it now, off the event loop, rather than inside the
@@ -767,7 +770,7 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
                 close_timeout_s=config.cleanup_timeout_s,
                 open_sessions=metrics.configured_mcp_sessions,
             )
-            for spec in config.all_tool_servers
+            for spec in _tool_servers(config, sandbox)
         ]
     )
     async with (
@@ -780,7 +783,13 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         background = trio.CancelScope()
         async with trio.open_nursery() as jobs:
             runner = JobRunner(
-                config=config, engine=engine, pool=pool, state=state, nursery=jobs, metrics=metrics
+                config=config,
+                engine=engine,
+                pool=pool,
+                state=state,
+                nursery=jobs,
+                metrics=metrics,
+                python_slots=sandbox.slots if sandbox is not None else None,
             )
             service = ResponsesService(
                 config=config,
@@ -807,6 +816,15 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         background.cancel()
         pool.close()
         root.cancel_scope.deadline = trio.current_time() + config.cleanup_timeout_s
+
+
+def _tool_servers(config: Config, sandbox: SandboxReport | None) -> tuple[str, ...]:
+    """The tool servers to keep connected; the bundled python server, if any, holds
+    the server-wide run limit too, so that runs this process stopped waiting for
+    (cancelled, timed out) are reaped before others start."""
+    if sandbox is not None and sandbox.slots is not None:
+        config = config.replace(python_max_concurrent=sandbox.slots.budget.max_concurrent)
+    return config.all_tool_servers
 
 
 async def _run_in(

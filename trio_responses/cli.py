@@ -261,6 +261,27 @@ _SERVE_OPTIONS = (
         int,
     ),
     _Option(
+        "--python-max-concurrent",
+        "python_max_concurrent",
+        "bundled python tool: most runs at once, all API keys together; more wait for a "
+        "slot (none: as many as fit --python-memory-budget-mb)",
+        int,
+    ),
+    _Option(
+        "--python-max-concurrent-per-key",
+        "python_max_concurrent_per_key",
+        "bundled python tool: most runs of one API key at once; more wait for a slot",
+        int,
+    ),
+    _Option(
+        "--python-memory-budget-mb",
+        "python_memory_budget_mb",
+        "bundled python tool: memory (MiB) all runs together may hold at worst; the server "
+        "refuses to start when the limits allow more (none: 3/4 of the host's memory, or "
+        "of the server's cgroup limit if lower)",
+        int,
+    ),
+    _Option(
         "--mcp-allow-host",
         "mcp_allow_hosts",
         "host pattern per-request MCP server_urls may use: a name ('mcp.example.com', "
@@ -381,6 +402,12 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     tool_server.add_argument(
         "--disk-mb", type=int, default=64, help="size of each run's work directory (MiB)"
     )
+    tool_server.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="most runs at once; more wait for a slot [default: no limit]",
+    )
     return parser, serve
 
 
@@ -480,13 +507,15 @@ def run_tool_server(args: argparse.Namespace) -> int:
         if args.stdio:
             # stdout carries the protocol: log to stderr only, and only warnings.
             logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-            python_server.run_stdio(limits, args.sandbox, args.bwrap)
+            python_server.run_stdio(limits, args.sandbox, args.bwrap, args.max_concurrent)
         else:
             logging.basicConfig(
                 level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s"
             )
             logging.getLogger("trio_responses").setLevel(logging.INFO)  # the sandbox in force
-            python_server.run_http(limits, args.host, args.port, args.sandbox, args.bwrap)
+            python_server.run_http(
+                limits, args.host, args.port, args.sandbox, args.bwrap, args.max_concurrent
+            )
     except SandboxUnavailable as refusal:
         print(f"python tool server: {refusal}", file=sys.stderr, flush=True)
         return 1

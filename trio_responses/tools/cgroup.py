@@ -106,16 +106,11 @@ class RunCgroup:
 def find_parent() -> tuple[CgroupParent | None, str]:
     """Where run cgroups can be made, and why (or why none can)."""
     try:
-        own = _own_cgroup_v2()
-        mount = _cgroup2_mount()
+        path = own_cgroup_dir()
     except OSError as error:
         return None, f"cgroups unreadable: {error}"
-    if own is None or mount is None:
-        return None, "no cgroup v2 hierarchy"
-    root, mount_point = mount
-    if not (own == root or own.startswith(root.rstrip("/") + "/")):
-        return None, "this process's cgroup is outside the mounted cgroup v2 hierarchy"
-    path = os.path.join(mount_point, own[len(root) :].lstrip("/"))
+    except LookupError as error:
+        return None, str(error)
     try:
         with open(os.path.join(path, "cgroup.subtree_control"), encoding="ascii") as file:
             enabled = set(file.read().split())
@@ -134,6 +129,23 @@ def find_parent() -> tuple[CgroupParent | None, str]:
     except OSError as error:
         return None, f"cannot create a cgroup in {path}: {error}"
     return parent, f"a cgroup v2 per run under {path}"
+
+
+def own_cgroup_dir() -> str:
+    """The directory of this process's cgroup v2.
+
+    Raises:
+        LookupError: there is none (the message says why).
+        OSError: ``/proc/self`` could not be read.
+    """
+    own = _own_cgroup_v2()
+    mount = _cgroup2_mount()
+    if own is None or mount is None:
+        raise LookupError("no cgroup v2 hierarchy")
+    root, mount_point = mount
+    if not (own == root or own.startswith(root.rstrip("/") + "/")):
+        raise LookupError("this process's cgroup is outside the mounted cgroup v2 hierarchy")
+    return os.path.join(mount_point, own[len(root) :].lstrip("/"))
 
 
 def _own_cgroup_v2() -> str | None:

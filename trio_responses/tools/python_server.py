@@ -6,7 +6,10 @@
 Every call runs the code in a fresh sandboxed process (`tools.sandbox`) and
 returns what it printed. Code that fails, runs too long or uses too much
 memory gives a tool error (``isError``) whose text is the output plus the
-reason; the server itself is never affected.
+reason; the server itself is never affected. With ``--max-concurrent N`` at
+most N runs execute at once; more calls wait for one to end. (`serve
+--code-interpreter` passes the server-wide limit, and holds the per-key limits
+itself, where it knows the API key.)
 
 Both entry points check the sandbox first (`probe_sandbox`): without a working
 bubblewrap they raise `SandboxUnavailable` and serve nothing, unless the mode
@@ -15,6 +18,7 @@ is ``none``, which logs a warning.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from functools import partial
@@ -36,13 +40,19 @@ DESCRIPTION = (
 )
 
 
-def build_server(sandbox: Sandbox, limits: Limits | None = None) -> MCPServer:
+def build_server(
+    sandbox: Sandbox, limits: Limits | None = None, max_concurrent: int | None = None
+) -> MCPServer:
+    """The MCP server; with ``max_concurrent``, a call beyond that many waits (first
+    come, first served) until a run has ended and everything it started is reaped."""
     limits = limits or Limits()
     server = MCPServer("trio-responses-python", instructions=DESCRIPTION)
+    slots = trio.Semaphore(max_concurrent) if max_concurrent is not None else None
 
     @server.tool(description=DESCRIPTION)
     async def python(code: str) -> str:
-        result = await run_python(code, limits, sandbox=sandbox)
+        async with slots or contextlib.nullcontext():
+            result = await run_python(code, limits, sandbox=sandbox)
         if not result.ok:
             raise ToolError(f"{result.output}\n[{result.problem}]".lstrip("\n"))
         return result.output
@@ -59,18 +69,28 @@ async def checked_sandbox(mode: SandboxMode, bwrap: str, limits: Limits) -> Sand
     return sandbox
 
 
-def run_stdio(limits: Limits, mode: SandboxMode = "auto", bwrap: str = "bwrap") -> None:
+def run_stdio(
+    limits: Limits,
+    mode: SandboxMode = "auto",
+    bwrap: str = "bwrap",
+    max_concurrent: int | None = None,
+) -> None:
     """Serve MCP on stdin/stdout until the client goes away."""
 
     async def main() -> None:
         sandbox = await checked_sandbox(mode, bwrap, limits)
-        await build_server(sandbox, limits).run_stdio_async()
+        await build_server(sandbox, limits, max_concurrent).run_stdio_async()
 
     anyio.run(main, backend="trio")
 
 
 def run_http(
-    limits: Limits, host: str, port: int, mode: SandboxMode = "auto", bwrap: str = "bwrap"
+    limits: Limits,
+    host: str,
+    port: int,
+    mode: SandboxMode = "auto",
+    bwrap: str = "bwrap",
+    max_concurrent: int | None = None,
 ) -> None:
     """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted.
 
@@ -82,7 +102,7 @@ def run_http(
 
     async def main() -> None:
         sandbox = await checked_sandbox(mode, bwrap, limits)
-        app = build_server(sandbox, limits).streamable_http_app()
+        app = build_server(sandbox, limits, max_concurrent).streamable_http_app()
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(partial(hypercorn.trio.serve, app, config))  # type: ignore[arg-type]
             print(f"python tool server: {urls[0]}/mcp", file=sys.stderr, flush=True)

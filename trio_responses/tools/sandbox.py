@@ -26,7 +26,8 @@ The memory of a run's whole process tree is bounded by a cgroup of its own
 where the host lets the server create one (``tools.cgroup``), and otherwise by
 the product of the per-process limits: at most ``processes`` processes of at
 most ``memory_bytes`` each, plus ``disk_bytes`` of files. `Sandbox.health`
-says which one is in force.
+says which one is in force. How many runs execute at once, and so what they
+hold in sum, is ``tools.budget``'s part.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from typing import Any, Literal
 import trio
 
 from . import seccomp
+from .budget import RunSlots, plan_budget
 from .bwrap import SANDBOX_UID, Bwrap, Runtime
 from .cgroup import CgroupParent, RunCgroup, find_parent
 
@@ -201,13 +203,18 @@ class Sandbox:
 
 @dataclass(frozen=True)
 class SandboxReport:
-    """A sandbox and the limits its runs use: what the server reports."""
+    """A sandbox, the limits its runs use and the slots that bound how many run at
+    once: what the server reports."""
 
     sandbox: Sandbox
     limits: Limits
+    slots: RunSlots | None = None
 
     def health(self) -> dict[str, Any]:
-        return self.sandbox.health(self.limits)
+        health = self.sandbox.health(self.limits)
+        if self.slots is not None:
+            health["budget"] = self.slots.health()
+        return health
 
 
 async def probe_sandbox(
@@ -256,17 +263,34 @@ async def probe_sandbox(
     return sandbox
 
 
-async def open_sandbox(mode: SandboxMode, limits: Limits) -> SandboxReport:
-    """The code interpreter's sandbox for the server: probed, and logged.
+async def open_sandbox(
+    mode: SandboxMode,
+    limits: Limits,
+    *,
+    max_concurrent: int | None = None,
+    max_concurrent_per_key: int | None = None,
+    memory_budget_mb: int | None = None,
+) -> SandboxReport:
+    """The code interpreter's sandbox for the server: probed, its memory budget
+    planned (`tools.budget.plan_budget`), and both logged.
 
     Raises:
         SandboxUnavailable: see `probe_sandbox`.
+        StartupError: the worst case of the runs does not fit the memory budget.
     """
     sandbox = await probe_sandbox(mode)
     if sandbox.warning is not None:
         logger.warning("code interpreter: %s", sandbox.warning)
     logger.info("code interpreter sandbox: %s", sandbox.describe(limits))
-    return SandboxReport(sandbox, limits)
+    budget = plan_budget(
+        per_run_bytes=sandbox.bound_bytes(limits),
+        bound=sandbox.memory_bound,
+        max_concurrent=max_concurrent,
+        max_concurrent_per_key=max_concurrent_per_key,
+        budget_mb=memory_budget_mb,
+    )
+    logger.info("code interpreter memory: %s", budget.describe())
+    return SandboxReport(sandbox, limits, RunSlots(budget))
 
 
 async def run_python(code: str, limits: Limits | None = None, *, sandbox: Sandbox) -> RunResult:

@@ -6,6 +6,10 @@ MCP tools, and owns the job's per-request MCP sessions: one `McpSession` per
 ``server_url`` server, opened on first use (in the job's nursery, by its own
 owner task) and closed when the job ends (`aclose`).
 
+Code interpreter calls hold a slot of the response's API key and one of the
+server's while they run (`tools.budget.RunSlots`), when the server runs the
+bundled python tool (``--code-interpreter``).
+
 `check_request_tools` is the part that runs before a job exists: it turns a
 request the server cannot serve into a 400.
 """
@@ -18,7 +22,13 @@ from dataclasses import dataclass
 from typing import Any, final
 
 import trio
-from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REQUEST_TIMEOUT,
+)
 
 from .._exceptions import InvalidRequestError
 from ..harmony.translator import RecipientKind, ToolCall
@@ -32,6 +42,7 @@ from ..protocol.request import (
     WebSearchTool,
     mcp_headers,
 )
+from .budget import RunsBusy, RunSlots
 from .hosts import HostNotAllowed, allowed_hosts
 from .pool import ToolServer, ToolServerPool
 from .session import McpSession, ToolError, ToolInfo, ToolResult, strict_json
@@ -169,8 +180,12 @@ class Toolbox:
         close_timeout_s: float,
         allow_hosts: Sequence[str] = (),
         open_sessions: IncDec | None = None,
+        python_slots: RunSlots | None = None,
+        owner: str | None = None,
     ) -> None:
         self._pool = pool
+        self._python_slots = python_slots
+        self._owner = owner
         self._open_sessions = open_sessions
         self._allowed = allowed_hosts(tuple(allow_hosts))
         self._nursery = nursery
@@ -237,9 +252,7 @@ class Toolbox:
 
     async def _call(self, call: ToolCall) -> ToolResult:
         if call.kind == "python":
-            return await self._configured("python").call_tool(
-                "python", {"code": call.arguments}, timeout_s=self._timeout_s
-            )
+            return await self._call_python(call.arguments)
         label, _, name = call.recipient.partition(".")
         arguments = _arguments(call.arguments)
         if call.kind == "browser":
@@ -258,6 +271,21 @@ class Toolbox:
             )
         session = self._session(server.label, server.url, server.headers)
         return await session.call_tool(name, arguments, timeout_s=self._timeout_s)
+
+    async def _call_python(self, code: str) -> ToolResult:
+        """Run ``code``; with `RunSlots`, once a slot of this response's key and one
+        of the server's are free. Waiting counts against the call's timeout."""
+        server = self._configured("python")
+        if self._python_slots is None:
+            return await server.call_tool("python", {"code": code}, timeout_s=self._timeout_s)
+        deadline = trio.current_time() + self._timeout_s
+        try:
+            async with self._python_slots.hold(self._owner, wait_s=self._timeout_s):
+                return await server.call_tool(
+                    "python", {"code": code}, timeout_s=deadline - trio.current_time()
+                )
+        except RunsBusy as busy:
+            raise ToolError(str(busy), code=REQUEST_TIMEOUT) from None
 
     def _configured(self, label: str) -> ToolServer:
         server = self._pool.get(label)
