@@ -252,6 +252,15 @@ async def test_open_failures_are_store_errors(tmp_path: Path) -> None:
         pass
 
 
+async def test_no_shared_memory_wal_index(db_path: str) -> None:
+    # Exclusive locking: the WAL index lives in this process's heap, never in a mapped
+    # PATH-shm (a fault on a mapped file is a SIGBUS: test_sqlite_faults.py).
+    async with opened(db_path) as state:
+        await state.store.put(record(finished_response("resp_1")))
+        assert await trio.Path(db_path + "-wal").exists()
+        assert not await trio.Path(db_path + "-shm").exists()
+
+
 async def test_operations_after_close_are_store_errors(db_path: str) -> None:
     async with opened(db_path) as state:
         pass
