@@ -11,11 +11,11 @@ This module owns the file's schema and everything written to it:
   batch while the job runs (``live``), kept after the job ends within the
   retention limits, and replayed from any retained cursor, also after a restart.
 - `open_sqlite_state`: opens the file and creates or migrates the schema,
-  and closes it on exit. Control
+  watches that the path still names that file, and closes it on exit. Control
   is `LocalControl`: one process owns the file, so every job runs here or nowhere.
 
-The file itself (the one-process lock, WAL without a memory-mapped index) is
-`sqlite_file`'s. Every statement runs in a worker
+The file itself (the one-process lock, WAL without a memory-mapped index, the
+watch on its identity) is `sqlite_file`'s. Every statement runs in a worker
 thread, on one connection, one operation at a time (a `trio.CapacityLimiter` of
 1): the Trio thread never blocks on the disk.
 
@@ -1122,9 +1122,19 @@ async def open_sqlite_state(
         conversations = SqliteConversations(
             db, limits=StoreLimits.of(config), ttl_s=config.store_ttl_s, clock=clock
         )
-        yield State(
-            kind="sqlite", store=store, logs=logs, control=control, conversations=conversations
-        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(db.watch)
+            try:
+                yield State(
+                    kind="sqlite",
+                    store=store,
+                    logs=logs,
+                    control=control,
+                    conversations=conversations,
+                    fault=lambda: db.fault,
+                )
+            finally:
+                nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(config.cleanup_timeout_s, shield=True) as scope:
             try:

@@ -1,4 +1,5 @@
-"""The SQLite store's file: the one-process lock, the connection and its pragmas.
+"""The SQLite store's file: the one-process lock, the connection and its pragmas, and
+a watch on the file's identity.
 
 `open_database` takes ``PATH-lock`` (``flock``: one process per file), connects and
 sets the pragmas:
@@ -13,6 +14,17 @@ sets the pragmas:
   mapped, for the same reason.
 - ``synchronous=NORMAL``: in WAL mode a power cut may lose the last commits, never
   corrupts.
+
+`Database` remembers the file's identity (device and inode) and compares it with
+what the path names: before every write transaction (in the worker thread: one
+``stat``) and every `WATCH_INTERVAL_S` in `Database.watch` (so an idle server
+notices too). A file deleted or replaced under the server (the handle would go on
+writing into a file nobody opens again) makes `Database.fault` say so: one ERROR
+line names the file, writes raise `StoreError` (503 ``store_unavailable``),
+``/health`` answers 503, and the WAL is checkpointed into the file the handle holds
+so that no WAL of ours is left beside another file. Reads go on answering from the
+open handle (what the file held when it went away). A file put back (the same
+inode at the path again) is served again.
 """
 
 from __future__ import annotations
@@ -22,9 +34,10 @@ import fcntl
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TypeVar, final
+from typing import NoReturn, TypeVar, final
 
 import trio
 
@@ -36,15 +49,20 @@ BUSY_TIMEOUT_S = 5.0
 """How long opening waits for a lock held by another connection (the ``sqlite3``
 shell): once open, this process holds the file exclusively."""
 
+WATCH_INTERVAL_S = 1.0
+"""How often `Database.watch` checks that the path still names the open file."""
+
 T = TypeVar("T")
 
 
 @final
 class Database:
     """One connection, used from worker threads one operation at a time; the
-    one-process lock."""
+    one-process lock; the file's identity."""
 
-    def __init__(self, path: str, connection: sqlite3.Connection, lock: int) -> None:
+    def __init__(
+        self, path: str, connection: sqlite3.Connection, lock: int, identity: tuple[int, int]
+    ) -> None:
         self.path = path
         self._connection = connection
         self._lock = lock
@@ -52,6 +70,15 @@ class Database:
         self.reloads: list[Callable[[], None]] = []
         """Re-read in-memory counters from the file after a rollback undid changes they
         had counted (worker thread)."""
+        self._identity = identity
+        """The open file's (device, inode)."""
+        self._fault: str | None = None
+        self._checked = threading.Lock()
+
+    @property
+    def fault(self) -> str | None:
+        """Why writes are refused (the file was deleted or replaced), or None."""
+        return self._fault
 
     async def run(self, work: Callable[[], T]) -> T:
         """Run ``work`` in the worker thread; sqlite3 errors become `StoreError`.
@@ -66,7 +93,16 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (worker thread only): committed, or rolled back on error."""
+        """A write transaction (worker thread only): committed, or rolled back on error.
+
+        Raises:
+            StoreError: the file was deleted or replaced (`fault`); nothing is written.
+        """
+        fault, new = self._check()
+        if new:
+            self._checkpoint()
+        if fault is not None:
+            raise StoreError(fault)
         connection = self._connection
         # IMMEDIATE: take the write lock up front rather than upgrading midway.
         connection.execute("BEGIN IMMEDIATE")
@@ -86,6 +122,51 @@ class Database:
     def connection(self) -> sqlite3.Connection:
         """For single-statement reads (worker thread only)."""
         return self._connection
+
+    def _check(self) -> tuple[str | None, bool]:
+        """Compare the path with the open file (any thread): the fault, and whether it
+        is new. Logs each change."""
+        refused = "writes are refused until it is put back or the server restarts"
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            fault: str | None = f"SQLite store {self.path} was deleted while in use; {refused}"
+        except OSError as exc:
+            fault = f"SQLite store {self.path} cannot be checked ({exc.strerror}); {refused}"
+        else:
+            if (status.st_dev, status.st_ino) == self._identity:
+                fault = None
+            else:
+                fault = f"SQLite store {self.path} was replaced by another file; {refused}"
+        with self._checked:
+            before, self._fault = self._fault, fault
+        if fault != before:
+            if fault is not None:
+                logger.error("%s", fault)
+            else:
+                logger.warning("SQLite store %s is back; writes resume", self.path)
+        return fault, fault is not None and before is None
+
+    def _checkpoint(self) -> None:
+        """Move the WAL into the file the handle holds and empty it (worker thread): no
+        WAL of ours stays beside whatever the path names now."""
+        try:
+            self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            logger.warning("SQLite store %s: checkpoint after the fault: %s", self.path, exc)
+
+    async def watch(self) -> NoReturn:
+        """Check the file's identity every `WATCH_INTERVAL_S` (see `fault`).
+
+        This function never returns unless cancelled.
+        """
+        while True:
+            await trio.sleep(WATCH_INTERVAL_S)
+            # Off the loop (a stat may hang on a network file system), not behind the
+            # connection's limiter (a long write must not delay it).
+            _, new = await trio.to_thread.run_sync(self._check)
+            if new:
+                await trio.to_thread.run_sync(self._checkpoint, limiter=self._limiter)
 
     async def close(self) -> None:
         """Close the connection (the lock stays: see `release`)."""
@@ -132,7 +213,11 @@ def open_database(path: str, prepare: Callable[[sqlite3.Connection], None]) -> D
         try:
             _set_pragmas(connection, path)
             prepare(connection)
-            return Database(path, connection, lock)
+            try:
+                status = os.stat(path)
+            except OSError as exc:
+                raise StoreError(f"cannot open SQLite store {path}: {exc.strerror}") from exc
+            return Database(path, connection, lock, (status.st_dev, status.st_ino))
         except BaseException:
             connection.close()
             raise
