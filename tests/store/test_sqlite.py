@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import sys
 import textwrap
 import time
@@ -250,6 +251,55 @@ async def test_open_failures_are_store_errors(tmp_path: Path) -> None:
     corrupt.unlink()
     async with opened(str(corrupt)):
         pass
+
+
+async def test_no_shared_memory_wal_index(db_path: str) -> None:
+    # Exclusive locking: the WAL index lives in this process's heap, never in a mapped
+    # PATH-shm (a fault on a mapped file is a SIGBUS: test_sqlite_faults.py).
+    async with opened(db_path) as state:
+        await state.store.put(record(finished_response("resp_1")))
+        assert await trio.Path(db_path + "-wal").exists()
+        assert not await trio.Path(db_path + "-shm").exists()
+
+
+@pytest.mark.parametrize("fault", ["deleted", "replaced"])
+async def test_a_file_gone_from_its_path_refuses_writes(
+    tmp_path: Path, db_path: str, fault: str
+) -> None:
+    other = str(tmp_path / "other.db")
+    async with opened(db_path) as state:
+        await state.store.put(record(finished_response("resp_1")))
+        assert state.fault() is None
+        if fault == "deleted":
+            os.unlink(db_path)
+        else:
+            sqlite3.connect(other).close()
+            os.replace(other, db_path)
+        with pytest.raises(StoreError, match=f"{db_path} was {fault}") as refused:
+            await state.store.put(record(finished_response("resp_2")))
+        assert state.fault() == str(refused.value)
+        with pytest.raises(StoreError, match=fault):
+            await state.logs.append("resp_2", [b"data: {}\n\n"], first=0, owner=OWNER)
+        # Reads answer from the open file.
+        assert await state.store.get("resp_1", owner=OWNER) is not None
+        assert await state.store.get("resp_2", owner=OWNER) is None
+
+
+async def test_a_file_put_back_is_written_again(tmp_path: Path, db_path: str) -> None:
+    aside = str(tmp_path / "aside.db")
+    async with opened(db_path) as state:
+        await state.store.put(record(finished_response("resp_1")))
+        os.rename(db_path, aside)
+        with pytest.raises(StoreError, match="deleted"):
+            await state.store.put(record(finished_response("resp_2")))
+        # The WAL was moved into the file when the fault was seen: none is left beside
+        # whatever the path names meanwhile.
+        assert (await trio.Path(db_path + "-wal").stat()).st_size == 0
+        os.rename(aside, db_path)
+        await state.store.put(record(finished_response("resp_2")))
+        assert state.fault() is None
+    async with opened(db_path) as state:
+        assert await state.store.get("resp_2", owner=OWNER) is not None
 
 
 async def test_operations_after_close_are_store_errors(db_path: str) -> None:

@@ -370,7 +370,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
     async def health() -> Response:
         # Liveness for anyone (load balancers, probes); what runs here, and for whom,
         # only for admins once the server has tenants.
-        healthy = service.engine.healthy
+        healthy = service.engine.healthy and service.state.fault() is None
         payload: dict[str, Any] = {"status": "ok" if healthy else "unhealthy"}
         if not keys or _is_admin(admin_keys):
             payload.update(_health_statistics(service))
@@ -524,6 +524,7 @@ def _is_admin(admin_keys: tuple[bytes, ...], *, refusal: str = _HEALTH_REFUSAL) 
 def _health_statistics(service: ResponsesService) -> dict[str, Any]:
     """What ``/health`` shows admins: the engine, tool servers, store and jobs."""
     info = service.engine.info
+    fault = service.state.fault()
     stats = service.statistics()
     return {
         "engine": {
@@ -535,7 +536,12 @@ def _health_statistics(service: ResponsesService) -> dict[str, Any]:
         },
         "tool_servers": service.pool.health(),
         "sandbox": service.sandbox.health() if service.sandbox is not None else None,
-        "store": {"kind": service.state.kind, "replica": service.state.control.replica},
+        "store": {
+            "kind": service.state.kind,
+            "replica": service.state.control.replica,
+            "healthy": fault is None,
+            "error": fault,
+        },
         "jobs": {
             "running": stats.running_jobs,
             "active": stats.active_jobs,

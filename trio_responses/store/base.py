@@ -523,6 +523,10 @@ class State:
     logs: EventLogStore
     control: Control
     conversations: ConversationStore
+    fault: Callable[[], str | None] = lambda: None
+    """Why the backend refuses writes now (SQLite: its file was deleted or replaced),
+    or None; ``/health`` answers 503 with it. Passing outages (Redis restarting) are
+    not faults: they fail the operations they hit, with `StoreError`."""
 
     @property
     def durable(self) -> bool:

@@ -10,12 +10,14 @@ This module owns the file's schema and everything written to it:
 - `SqliteEventLogs`: the event logs of background responses, written batch by
   batch while the job runs (``live``), kept after the job ends within the
   retention limits, and replayed from any retained cursor, also after a restart.
-- `open_sqlite_state`: opens the file (WAL, schema), takes the one-process
-  lock, and closes both on exit. Control is `LocalControl`: one process owns
-  the file, so every job runs here or nowhere.
+- `open_sqlite_state`: opens the file and creates or migrates the schema,
+  watches that the path still names that file, and closes it on exit. Control
+  is `LocalControl`: one process owns the file, so every job runs here or nowhere.
 
-Every statement runs in a worker thread, on one connection, one operation at a
-time (a `trio.CapacityLimiter` of 1): the Trio thread never blocks on the disk.
+The file itself (the one-process lock, WAL without a memory-mapped index, the
+watch on its identity) is `sqlite_file`'s. Every statement runs in a worker
+thread, on one connection, one operation at a time (a `trio.CapacityLimiter` of
+1): the Trio thread never blocks on the disk.
 
 Schema (``PRAGMA user_version`` = `SCHEMA_VERSION`; older files are migrated)::
 
@@ -33,17 +35,14 @@ SSE frame ends with ``\\n\\n`` and holds no other, so the batch splits back.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
 import math
-import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, TypeVar, final
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, final
 
 import trio
 
@@ -64,6 +63,7 @@ from .base import (
     encoded,
 )
 from .memory import LocalControl
+from .sqlite_file import Database, open_database
 
 logger = logging.getLogger(__name__)
 
@@ -191,12 +191,6 @@ _INCOMPLETE_POLL_S = 0.05
 (until recovery terminates it) is read so: this process's own jobs are followed in
 their in-process rings."""
 
-_BUSY_TIMEOUT_S = 5.0
-"""How long a statement waits for a lock held by another connection (a backup, the
-sqlite3 shell): this process is the only writer, so only outside readers take locks."""
-
-T = TypeVar("T")
-
 
 def _split(batch: bytes) -> list[bytes]:
     """The frames of one stored batch (concatenated SSE frames)."""
@@ -207,62 +201,12 @@ def _split(batch: bytes) -> list[bytes]:
 
 
 @final
-class _Database:
-    """One connection, used from worker threads one operation at a time."""
-
-    def __init__(self, path: str, connection: sqlite3.Connection) -> None:
-        self.path = path
-        self._connection = connection
-        self._limiter = trio.CapacityLimiter(1)
-        self.reloads: list[Callable[[], None]] = []
-        """Re-read in-memory counters from the file after a rollback undid changes they
-        had counted (worker thread)."""
-
-    async def run(self, work: Callable[[], T]) -> T:
-        """Run ``work`` in the worker thread; sqlite3 errors become `StoreError`.
-
-        Not cancellable once the thread started (operations are short); a
-        cancellation while waiting for the limiter propagates.
-        """
-        try:
-            return await trio.to_thread.run_sync(work, limiter=self._limiter)
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (worker thread only): committed, or rolled back on error."""
-        connection = self._connection
-        # IMMEDIATE: take the write lock up front rather than upgrading midway.
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield connection
-            connection.commit()
-        except BaseException:
-            # Also when COMMIT failed: a transaction left open would fail every later BEGIN.
-            if connection.in_transaction:
-                with suppress(sqlite3.Error):
-                    connection.rollback()
-                    for reload in self.reloads:
-                        reload()
-            raise
-
-    @property
-    def connection(self) -> sqlite3.Connection:
-        """For single-statement reads (worker thread only)."""
-        return self._connection
-
-    async def close(self) -> None:
-        await self.run(self._connection.close)
-
-
-@final
 class SqliteStore:
     """Implements `ResponseStore` in the ``responses`` table."""
 
     def __init__(
         self,
-        db: _Database,
+        db: Database,
         *,
         replica: str,
         limits: StoreLimits,
@@ -480,7 +424,7 @@ class SqliteConversations:
 
     def __init__(
         self,
-        db: _Database,
+        db: Database,
         *,
         limits: StoreLimits,
         ttl_s: float,
@@ -769,7 +713,7 @@ class SqliteEventLogs:
 
     def __init__(
         self,
-        db: _Database,
+        db: Database,
         *,
         replay_events: int,
         replay_bytes: int,
@@ -1050,7 +994,7 @@ class SqliteEventLogs:
 class _SqliteLogReader:
     """Implements `LogReader` for one stored log."""
 
-    def __init__(self, db: _Database, response_id: str, next_seq: int) -> None:
+    def __init__(self, db: Database, response_id: str, next_seq: int) -> None:
         self._db = db
         self._id = response_id
         self._next_seq = next_seq
@@ -1114,52 +1058,9 @@ class _SqliteLogReader:
             db.execute("COMMIT")
 
 
-def _connect(path: str) -> tuple[int, sqlite3.Connection]:
-    """Take the lock, open the file, create the schema (worker thread)."""
-    lock_path = path + "-lock"
-    try:
-        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise StoreError(f"cannot open SQLite store {path}: {lock_path}: {exc.strerror}") from exc
-    try:
-        try:
-            # flock, not fcntl locks: held per open file, so a second open in this same
-            # process is refused too; released by the kernel when a process dies.
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StoreError(
-                    f"SQLite store {path} is in use by another trio-responses process "
-                    f"(it holds {lock_path}); one process per file"
-                ) from exc
-            raise StoreError(f"cannot lock SQLite store {path}: {exc.strerror}") from exc
-        try:
-            connection = sqlite3.connect(
-                path,
-                timeout=_BUSY_TIMEOUT_S,
-                isolation_level=None,  # transactions are explicit (_Database.transaction)
-                check_same_thread=False,  # one worker thread at a time, by the limiter
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
-        try:
-            _prepare(connection, path)
-        except BaseException:
-            connection.close()
-            raise
-    except BaseException:
-        os.close(lock)
-        raise
-    return lock, connection
-
-
 def _prepare(connection: sqlite3.Connection, path: str) -> None:
+    """Create the schema, or migrate an older file's (worker thread, at open)."""
     try:
-        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode != "wal":
-            raise StoreError(f"SQLite store {path}: cannot use WAL mode (got {mode!r})")
-        # NORMAL in WAL mode: a power cut may lose the last commits, never corrupts.
-        connection.execute("PRAGMA synchronous=NORMAL")
         (version,) = connection.execute("PRAGMA user_version").fetchone()
         if version > SCHEMA_VERSION:
             raise StoreError(
@@ -1189,8 +1090,9 @@ async def open_sqlite_state(
         StoreError: the file cannot be opened, is not a database of ours, or
             another process uses it.
     """
-    lock, connection = await trio.to_thread.run_sync(_connect, path)
-    db = _Database(path, connection)
+    db = await trio.to_thread.run_sync(
+        open_database, path, lambda connection: _prepare(connection, path)
+    )
     control = LocalControl()
     logs = SqliteEventLogs(
         db,
@@ -1220,9 +1122,19 @@ async def open_sqlite_state(
         conversations = SqliteConversations(
             db, limits=StoreLimits.of(config), ttl_s=config.store_ttl_s, clock=clock
         )
-        yield State(
-            kind="sqlite", store=store, logs=logs, control=control, conversations=conversations
-        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(db.watch)
+            try:
+                yield State(
+                    kind="sqlite",
+                    store=store,
+                    logs=logs,
+                    control=control,
+                    conversations=conversations,
+                    fault=lambda: db.fault,
+                )
+            finally:
+                nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(config.cleanup_timeout_s, shield=True) as scope:
             try:
@@ -1233,4 +1145,4 @@ async def open_sqlite_state(
             logger.warning(
                 "closing %s took over %.1f s; lock released anyway", path, config.cleanup_timeout_s
             )
-        os.close(lock)  # releases the flock
+        db.release()  # the flock
