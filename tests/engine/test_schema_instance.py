@@ -222,3 +222,19 @@ def test_patterns_with_huge_repeats_and_backtracking_stay_cheap() -> None:
     assert instance(nested, hint="a" * 40 + "!") == "a"  # the hint is not matched, not used
     assert instance(nested, hint="aaaa") == "aaaa"  # a short hint still is
     assert time.perf_counter() - started < 5
+
+
+def test_a_pattern_that_backtracks_polynomially_is_bounded() -> None:
+    # Repeats one after another: Python's re takes minutes on 60 letters.
+    schema = {
+        "type": "object",
+        "properties": {
+            f"p{n}": {"type": "string", "pattern": "a*a*a*a*a*a*a*b"} for n in range(50)
+        },
+        "required": [f"p{n}" for n in range(50)],
+    }
+    started = time.perf_counter()
+    value = instance(schema, hint={f"p{n}": "a" * 60 for n in range(50)})
+    assert time.perf_counter() - started < 5  # generous: the matching shares 0.1 s
+    assert set(value) == set(schema["properties"])  # type: ignore[arg-type]
+    assert instance({"type": "string", "pattern": "^[a-z]{3}-\\d+$"}, hint="abc-12") == "abc-12"

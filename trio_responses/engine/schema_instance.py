@@ -636,7 +636,7 @@ def _search(pattern: str, value: str, deadline: float) -> bool:
     if len(value) > MAX_MATCHED_NESTED and (len(value) > MAX_MATCHED or _nests_repeats(pattern)):
         return False
     left = deadline - time.monotonic()
-    if left <= 0:
+    if left <= 0 or _expands_too_far(pattern):
         return False
     try:
         return regex.search(pattern, value, timeout=left, concurrent=True) is not None
@@ -644,6 +644,43 @@ def _search(pattern: str, value: str, deadline: float) -> bool:
         return False
     except (regex.error, RecursionError, OverflowError):
         return True  # a pattern that cannot be read is not held against the value
+
+
+MAX_EXPANDED = 10_000
+"""The most pattern elements a regex may stand for once its counted repeats are
+written out (``(?:a{1000}){1000}``: a million), which is what compiling it costs
+the `regex` module in time and memory (about half a microsecond each)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _expands_too_far(pattern: str) -> bool:
+    """Whether ``pattern``'s counted repeats, written out, exceed `MAX_EXPANDED`."""
+    try:
+        parsed = _re_parser.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False  # not Python's syntax: `_search` lets the regex module judge
+    try:
+        return _expanded(list(parsed)) > MAX_EXPANDED
+    except RecursionError:
+        return True
+
+
+def _expanded(items: list[Any]) -> int:
+    total = 0
+    for op, arg in items:
+        name = str(op)
+        if name in _REPEATS:
+            low, _high, sub = arg
+            total += max(low, 1) * _expanded(list(sub))
+        elif name == "BRANCH":
+            total += sum(_expanded(list(branch)) for branch in arg[1])
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT"):
+            total += _expanded(list(arg[-1]))
+        else:
+            total += 1
+        if total > MAX_EXPANDED:
+            return total
+    return total
 
 
 @functools.lru_cache(maxsize=256)
