@@ -1,6 +1,6 @@
 """``/health`` latency while large requests are processed, and the cost of truncation.
 
-    python bench/event_loop.py [--skip-truncation]
+    python bench/event_loop.py [--skip-truncation] [--skip-hostile]
 
 A server (scripted engine, ``--max-model-len 8192``) runs in its own process.
 One client samples ``GET /health`` back to back over a keep-alive connection
@@ -11,11 +11,19 @@ and reports p50/p99/max latency for each phase:
   of English text, and 2,000 items of ~7.5 KB each (both too long for the
   context window, so each ends as a 400);
 - one ``truncation: "auto"`` request of 2,000 items (~120k tokens) that must be
-  cut to fit 8,192 tokens; also prints how long that request took.
+  cut to fit 8,192 tokens; also prints how long that request took;
+- small hostile requests, three times each, on a server with
+  ``--max-model-len 131072``: a run of one letter (60,000) or one ideogram as
+  input, 300,000 letters of instructions, 150,000 counted by ``input_tokens``, a
+  100,000-letter tool description (a 400), twenty tools of 26 KB of prose, and
+  a JSON-schema ``pattern`` that backtracks (``a*a*a*a*a*a*a*b``) against 60
+  letters. Each once froze the loop for seconds to minutes; the target is
+  ``/health`` p99 < 50 ms.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
@@ -48,6 +56,42 @@ def truncated_conversation() -> bytes:
         items.append({"role": role, "content": f"Turn {index}. " + SENTENCE * 4})
     items.append({"role": "user", "content": "And now?"})
     return request_bytes({"model": MODEL, "input": items, "truncation": "auto"})
+
+
+def hostile_requests() -> dict[str, bytes]:
+    function = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    schema = {
+        "type": "object",
+        "properties": {"p": {"type": "string", "pattern": "a*a*a*a*a*a*a*b"}},
+        "required": ["p"],
+        "additionalProperties": False,
+    }
+    tools = [{**function, "name": f"tool_{n}", "description": SENTENCE * 400} for n in range(20)]
+    bodies: dict[str, tuple[str, dict[str, object]]] = {
+        "letter-input": ("/v1/responses", {"input": "x" * 60_000}),
+        "ideogram-in": ("/v1/responses", {"input": "日" * 60_000}),
+        "instructions": ("/v1/responses", {"input": "hi", "instructions": "x" * 300_000}),
+        "input-tokens": (
+            "/v1/responses/input_tokens",
+            {"input": "hi", "instructions": "x" * 150_000},
+        ),
+        "tool-400": (
+            "/v1/responses",
+            {"input": "hi", "tools": [{**function, "description": "x" * 100_000}]},
+        ),
+        "many-tools": ("/v1/responses", {"input": "hi", "tools": tools}),
+        "pattern": (
+            "/v1/responses",
+            {
+                "input": json.dumps({"p": "a" * 60}),
+                "text": {"format": {"type": "json_schema", "name": "answer", "schema": schema}},
+            },
+        ),
+    }
+    return {
+        name: request_bytes({"model": MODEL, **body}, path=path)
+        for name, (path, body) in bodies.items()
+    }
 
 
 async def sample_health(host: str, port: int, latencies: list[float], done: trio.Event) -> None:
@@ -102,7 +146,7 @@ async def phase(host: str, port: int, name: str, *loads: tuple[bytes, int]) -> N
     report(name, latencies, extra)
 
 
-async def main(truncation: bool) -> None:
+async def main(truncation: bool, hostile: bool) -> None:
     bodies = (huge_message(), many_items())
     conversation = truncated_conversation()
     print(
@@ -117,7 +161,12 @@ async def main(truncation: bool) -> None:
         )
         if truncation:
             await phase(host, port, "truncation", (conversation, 1))
+    if hostile:
+        async with running_server("--max-model-len", "131072") as (host, port):
+            for name, body in hostile_requests().items():
+                await phase(host, port, name, (body, 3))
 
 
 if __name__ == "__main__":
-    trio.run(main, "--skip-truncation" not in sys.argv[1:])
+    flags = sys.argv[1:]
+    trio.run(main, "--skip-truncation" not in flags, "--skip-hostile" not in flags)

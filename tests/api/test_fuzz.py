@@ -23,6 +23,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from websockets.sync.client import connect
 
 from tests.processes import ServeCommand
 from tests.support import MODEL, parse_sse
@@ -70,6 +71,46 @@ JSON_VALUE = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
     max_leaves=10,
 )
+
+
+LONG_TEXT = st.one_of(
+    TEXT,
+    TEXT,
+    st.builds(  # runs that byte-pair encoding handles in quadratic time
+        lambda part, count: part * count,
+        st.sampled_from(["x", " ", "日", "\u0301", ".", "1", "é", "ab", "\n"]),
+        st.integers(0, 120_000),
+    ),
+)
+"""Text for instructions and tool descriptions: short, or a long run of one piece."""
+
+PATTERN = st.sampled_from(
+    [
+        "a*a*a*a*a*a*a*b",  # repeats one after another: polynomial backtracking
+        "^(a+)+$",  # nested repeats: exponential backtracking
+        "(a|aa)*c",
+        "^(\\w+\\s?)*$",
+        "(",  # not a regular expression
+        "^[a-z]{2,4}-\\d+$",
+        "\\p{L}+",
+    ]
+)
+SCHEMA_FORMAT = st.builds(
+    lambda pattern, kind: {
+        "type": "json_schema",
+        "name": "answer",
+        "schema": {
+            "type": "object",
+            "properties": {"p": {"type": kind, "pattern": pattern}},
+            "required": ["p"],
+            "additionalProperties": False,
+        },
+    },
+    PATTERN,
+    st.sampled_from(["string", "string", "integer"]),
+)
+HINT = st.builds(lambda count: json.dumps({"p": "a" * count}), st.integers(0, 200))
+"""Input the scripted model takes as the value to answer with (a pattern's worst case)."""
 
 
 def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -142,7 +183,7 @@ ITEM = st.one_of(
 TOOL = st.one_of(
     item_dict(
         {"type": st.just("function"), "name": maybe(st.sampled_from(["f", "g_1", "", "bad name"]))},
-        {"description": TEXT, "parameters": JSON_VALUE, "strict": maybe(st.booleans())},
+        {"description": LONG_TEXT, "parameters": JSON_VALUE, "strict": maybe(st.booleans())},
     ),
     item_dict(
         {
@@ -172,8 +213,8 @@ TOOL = st.one_of(
 BODY = item_dict(
     {"model": st.one_of(st.just(MODEL), st.just(MODEL), TEXT)},
     {
-        "input": maybe(st.one_of(TEXT, st.lists(ITEM, max_size=4))),
-        "instructions": maybe(TEXT),
+        "input": maybe(st.one_of(TEXT, HINT, st.lists(ITEM, max_size=4))),
+        "instructions": maybe(LONG_TEXT),
         "tools": maybe(st.lists(TOOL, max_size=3)),
         "tool_choice": JSON_VALUE,
         "max_output_tokens": maybe(st.integers(-5, 64)),
@@ -181,7 +222,7 @@ BODY = item_dict(
         "temperature": NUMBER,
         "top_p": NUMBER,
         "reasoning": maybe(st.fixed_dictionaries({"effort": st.sampled_from(["low", "x"])})),
-        "text": JSON_VALUE,
+        "text": st.one_of(JSON_VALUE, st.fixed_dictionaries({"format": SCHEMA_FORMAT})),
         "store": maybe(st.booleans()),
         "stream": maybe(st.booleans()),
         "background": maybe(st.booleans()),
@@ -383,3 +424,78 @@ async def test_fuzzed_requests_never_get_a_5xx(nursery: trio.Nursery) -> None:
     assert await command.stop(timeout_s=30) == 0
     assert b"Traceback" not in command.log, command.log.decode(errors="replace")[-3000:]
     print(f"{sent} requests in {elapsed:.1f} s; RSS {grown / 2**20:+.1f} MiB")
+
+
+WS_EXAMPLES = 150
+"""WebSocket messages sent, one after another on one connection."""
+
+TERMINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
+
+FRAME = st.one_of(
+    BODY.map(lambda body: json.dumps({"type": "response.create", **body})),
+    BODY.map(lambda body: json.dumps({"type": "response.create", "generate": False, **body})),
+    st.builds(
+        lambda body, kind: json.dumps({**body, "type": kind}),
+        BODY,
+        st.one_of(TEXT, st.none(), st.just("response.create")),
+    ),
+    BODY_BYTES,  # binary frames
+    st.sampled_from(["", b"", "{", "[]", "null"]),
+    TEXT,
+).map(
+    # A text message is UTF-8: lone surrogates cannot go out as they are.
+    lambda frame: (
+        frame.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        if isinstance(frame, str)
+        else frame
+    )
+)
+
+
+def fuzz_websocket(url: str) -> int:
+    """Send the examples as WebSocket messages on one connection (in a worker thread);
+    each must be answered by an ``error`` event or a response's events up to its
+    terminal one, none of them a server error. Returns messages sent."""
+    sent = 0
+    address = url.replace("http", "ws", 1) + "/v1/responses"
+    with connect(address, max_size=None, open_timeout=30) as connection:
+
+        @settings(
+            max_examples=WS_EXAMPLES,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(frame=FRAME)
+        def one(frame: str | bytes) -> None:
+            nonlocal sent
+            connection.send(frame)
+            sent += 1
+            while True:
+                event = strict_json(connection.recv(timeout=60))
+                if event["type"] == "error":
+                    error = event["error"]
+                    assert event["status"] < 500, f"{frame[:200]!r}: {event}"
+                    assert isinstance(error["code"], str) and error["code"], event
+                    return
+                if event["type"] in TERMINAL:
+                    failure = event["response"].get("error") or {}
+                    assert failure.get("code") != "server_error", f"{frame[:200]!r}: {event}"
+                    return
+
+        one()
+    return sent
+
+
+async def test_fuzzed_websocket_messages_never_get_a_server_error(nursery: trio.Nursery) -> None:
+    command = await ServeCommand.start(
+        nursery, "--mcp-allow-host", "127.0.0.1", "--tool-timeout", "5"
+    )
+    sent = await trio.to_thread.run_sync(partial(fuzz_websocket, command.url))
+    assert sent >= WS_EXAMPLES
+    async with httpx2.AsyncClient(base_url=command.url, timeout=60) as http:
+        assert (await http.get("/health")).status_code == 200
+    assert await command.stop(timeout_s=30) == 0
+    assert b"Traceback" not in command.log, command.log.decode(errors="replace")[-3000:]
