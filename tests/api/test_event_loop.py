@@ -223,13 +223,15 @@ async def test_health_stays_fast_while_hostile_text_is_handled(
             async with trio.open_nursery() as inner:
                 inner.start_soon(_sample_health, sampler, done, latencies)
                 async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
-                    for _ in range(3):
+                    sent, started = 0, time.perf_counter()
+                    while sent < 3 or time.perf_counter() - started < 2:  # quick ones again
                         reply = await http.post(route, json=body)
                         assert reply.status_code == status, reply.text[:300]
+                        sent += 1
                 done.set()
     assert len(latencies) >= 20
     p50, p99 = (statistics.quantiles(latencies, n=100)[q] for q in (49, 98))
     # Held on the loop, each of these froze it for seconds to minutes; the target is
     # p99 < 50 ms (bench/event_loop.py), bounded generously here for a loaded machine.
-    assert p99 < 0.25, f"{name}: /health p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+    assert p99 < 0.5, f"{name}: /health p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
     assert await server.stop(timeout_s=60) == 0
