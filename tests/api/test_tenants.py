@@ -208,6 +208,28 @@ async def test_a_key_at_its_job_limits_gets_429_and_other_keys_go_on(
         await server.service.wait_idle()
 
 
+async def test_counting_and_compacting_take_a_place_under_the_keys_limits(
+    start_server: StartServer,
+) -> None:
+    server = await start_server(api_keys=KEYS, max_active_jobs_per_key=1, max_queued_jobs_per_key=0)
+    a = server.client
+    running = await a.responses.create(model=MODEL, input=LONG, background=True)
+    await wait_status(a, running.id, "in_progress")
+    body = {"model": MODEL, "input": "hello", "instructions": "x" * 50_000}
+    for path in ("/v1/responses/input_tokens", "/v1/responses/compact"):
+        refused = await server.http.post(path, json=body, headers={"Authorization": "Bearer key-a"})
+        assert_error(refused, 429, type_="server_busy", param=None, code="rate_limit_exceeded")
+        answered = await server.http.post(
+            path, json=body, headers={"Authorization": "Bearer key-b"}
+        )
+        assert answered.status_code == 200, answered.text[:300]
+    await a.responses.cancel(running.id)
+    with trio.fail_after(STATUS_LIMIT_S):
+        await server.service.wait_idle()
+    counted = await a.responses.input_tokens.count(model=MODEL, input="hello")
+    assert counted.input_tokens > 0
+
+
 # -- /health -------------------------------------------------------------------------------
 
 
