@@ -38,9 +38,10 @@ from .long_text import MAX_RUN_CHARS, encode_text, unbroken
 SMALL_CHARS = 512
 """Tools and descriptions up to this size are rendered in the skeleton itself."""
 
-MAX_TOOL_CHARS = 32 * 1024
+MAX_TOOL_CHARS = 64 * 1024
 """The largest tool (name, description and parameters' JSON) or namespace
-description, rendered in one call: about 10 ms of tokenizing, 20 ms at worst."""
+description, rendered in one call: at most about 25 ms (prose in every
+parameter's description; a schema of numbers takes a few)."""
 
 MAX_TOOL_RUN_CHARS = 512
 """The most characters in a row without a piece boundary in a tool's texts (a word of
