@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
@@ -97,6 +97,46 @@ class _Tenant:
         """Its jobs registered and not yet ended."""
         self.slots = trio.CapacityLimiter(slots) if slots is not None else None
         """At most this many of its jobs generate at once (None: no limit of its own)."""
+
+
+@final
+class _Started:
+    """A `trio.TaskStatus` that remembers whether its task reported started."""
+
+    def __init__(self, status: trio.TaskStatus[None]) -> None:
+        self._status = status
+        self.reported = False
+
+    def started(self, value: None = None) -> None:
+        self.reported = True
+        self._status.started(value)
+
+
+async def _beside(
+    job: Job,
+    name: str,
+    task: Callable[..., Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``task``, one of ``job``'s tasks beside its generation (recording it, keeping
+    its conversation's lease), as part of the job's fault boundary: once it has
+    started, anything it raises (but cancellation and shutdown) ends the response
+    ``failed`` (``server_error``), is logged once, and goes no further."""
+    status = _Started(task_status)
+    try:
+        await task(task_status=status)
+    except BaseException as error:
+        passing, fault = split_faults(error)
+        if fault is not None:
+            if not status.reported:
+                raise  # before it began: the job's start fails with it
+            logger.error("%s: its %s failed", job.id, name, exc_info=fault)
+            job.abort(_INTERNAL_ERROR["code"], _INTERNAL_ERROR["message"])
+        if passing is error:
+            raise
+        if passing is not None:
+            raise passing from None
 
 
 @final
@@ -558,9 +598,9 @@ class JobRunner:
         config = self._config
         async with trio.open_nursery() as sessions:
             if recorder.follows:  # a task only where there is something to write
-                await sessions.start(recorder.follow)
+                await sessions.start(_beside, job, "recording", recorder.follow)
             if turn is not None:
-                await sessions.start(turn.keep)
+                await sessions.start(_beside, job, "conversation lease", turn.keep)
             toolbox = Toolbox(
                 job.request,
                 self._pool,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -15,7 +16,9 @@ import websockets
 
 from tests.conftest import StartServer
 from tests.processes import ServeCommand
-from tests.support import MODEL, TERMINAL_TYPES, assert_nothing_left
+from tests.support import MODEL, TERMINAL_TYPES, Server, assert_nothing_left
+from trio_responses._conversations import ConversationTurn
+from trio_responses.background.recorder import Recorder
 from trio_responses.engine import script
 from trio_responses.harmony.encoding import get_encoding
 
@@ -139,4 +142,70 @@ async def test_a_panic_in_a_websocket_session_is_an_error_event(
         "server_error",
     )
     assert event["response"]["status"] == "completed"
+    await assert_nothing_left(server)
+
+
+def _failing_once_started(
+    original: Callable[..., Awaitable[None]], when: Callable[[Any], bool]
+) -> Callable[..., Awaitable[None]]:
+    """``original`` (a task of a job), except that where ``when(self)`` it fails with
+    a bug as soon as it has started."""
+
+    async def task(self: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        if not when(self):
+            await original(self, task_status=task_status)
+            return
+        task_status.started()
+        raise RuntimeError("a bug beside the generation")
+
+    return task
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "redis"], indirect=True)
+async def test_a_bug_in_recording_fails_that_response_only(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch, store_url: str
+) -> None:
+    server = await start_server(store_url=store_url)
+    other = await server.client.responses.create(
+        model=MODEL, input="tokens:40 delay:20", background=True
+    )
+    monkeypatch.setattr(
+        Recorder,
+        "follow",
+        _failing_once_started(Recorder.follow, lambda rec: "fault" in str(rec._job.request.input)),
+    )
+    failed = await server.client.responses.create(model=MODEL, input="fault tokens:200 delay:5")
+    await _assert_only_it_failed(server, failed.id, other.id)
+
+
+async def test_a_bug_in_the_conversation_lease_fails_that_response_only(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch, store_url: str
+) -> None:
+    server = await start_server(store_url=store_url)
+    other = await server.client.responses.create(
+        model=MODEL, input="tokens:40 delay:20", background=True
+    )
+    monkeypatch.setattr(
+        ConversationTurn,
+        "keep",
+        _failing_once_started(ConversationTurn.keep, lambda turn: True),
+    )
+    conversation = await server.client.conversations.create()
+    failed = await server.client.responses.create(
+        model=MODEL, input="tokens:200 delay:5", conversation=conversation.id
+    )
+    await _assert_only_it_failed(server, failed.id, other.id)
+
+
+async def _assert_only_it_failed(server: Server, failed_id: str, other_id: str) -> None:
+    with trio.fail_after(60):
+        failed = await server.service.wait(failed_id)
+        other = await server.service.wait(other_id)
+    assert failed["status"] == "failed"
+    assert failed["error"]["code"] == "server_error"
+    assert other["status"] == "completed"
+    again = await server.client.responses.create(model=MODEL, input="still up?")
+    assert again.output_text == "You said: still up?"
+    stored = await server.client.responses.retrieve(failed_id)
+    assert stored.status == "failed"
     await assert_nothing_left(server)
