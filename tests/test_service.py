@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import trio
 import trio.testing
 
 from tests.support import MODEL, check_stream
 from trio_responses import Config, NotFoundError, ShuttingDownError, open_responses_service
+from trio_responses.store.base import StoredResponse
 
 
 async def test_create_subscribe_wait_retrieve() -> None:
@@ -61,3 +64,27 @@ async def test_shutdown_gives_grace_then_ends_the_rest(
         assert events[-1]["response"]["error"]["code"] == "server_shutdown"
         stats = service.statistics()
         assert stats.running_jobs == 0 and stats.job_tasks == 0
+
+
+async def test_closing_is_not_held_by_retries_of_unrecorded_jobs(
+    autojump_clock: trio.testing.MockClock, tmp_path: pathlib.Path
+) -> None:
+    config = Config(store_url=f"sqlite:///{tmp_path / 'responses.db'}", cleanup_timeout_s=1)
+    async with open_responses_service(config) as service:
+        store = service.state.store
+        put = store.put
+
+        async def hung_final_put(record: StoredResponse) -> None:
+            if record.response["status"] in ("completed", "failed", "incomplete", "cancelled"):
+                await trio.sleep_forever()  # the store stopped answering
+            await put(record)
+
+        store.put = hung_final_put  # type: ignore[method-assign]
+        for index in range(60):
+            handle = await service.create({"model": MODEL, "input": f"number {index}"})
+            await handle.wait()
+        assert service.statistics().unrecorded_jobs == 60
+        await trio.sleep(40)  # maintenance is retrying them: about a second each
+        closing = trio.current_time()
+    # A retry is no cleanup: closing cancels it (it took a second per job, shielded).
+    assert trio.current_time() - closing < 5

@@ -326,6 +326,11 @@ class JobRunner:
         return len(self._running)
 
     @property
+    def unrecorded(self) -> int:
+        """Finished jobs whose final state waits for another try (`retry_unrecorded`)."""
+        return len(self._unrecorded)
+
+    @property
     def active(self) -> int:
         return int(self._slots.borrowed_tokens)
 
@@ -690,12 +695,16 @@ class JobRunner:
 
         Returns how many are still waiting. Until their record is written, readers on
         other replicas (and a restarted process) see them still running.
+
+        A retry is not cleanup: it is not shielded, so closing the service cancels it
+        at once (each try is bounded by the cleanup budget, and a write it cut short
+        is written whole by the next try, or recovered as interrupted after a
+        restart).
         """
         for response_id, recorder in list(self._unrecorded.items()):
-            with trio.CancelScope(shield=True):
-                if await recorder.finish():
-                    del self._unrecorded[response_id]
-                    logger.info("%s: final state recorded after all", response_id)
+            if await recorder.finish():
+                del self._unrecorded[response_id]
+                logger.info("%s: final state recorded after all", response_id)
         return len(self._unrecorded)
 
     # -- change -----------------------------------------------------------------------------

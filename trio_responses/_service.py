@@ -87,6 +87,8 @@ class ServiceStatistics:
     """Bytes held by those logs."""
     subscribers: int
     """Open subscriptions on this process's rings."""
+    unrecorded_jobs: int = 0
+    """Finished jobs whose final state the store refused, waiting for another try."""
 
 
 @final
@@ -152,6 +154,7 @@ class ResponsesService:
             retained_streams=logs.retained_streams,
             retained_stream_bytes=logs.retained_bytes,
             subscribers=runner.subscribers + logs.subscribers,
+            unrecorded_jobs=runner.unrecorded,
         )
 
     async def wait_idle(self) -> None:
