@@ -97,6 +97,8 @@ class MethodNotAllowedError(InvalidRequestError):
 
     status_hint = 405
     default_code = "method_not_allowed"
+    allow: tuple[str, ...] = ()
+    """The methods the route takes (the answer's ``Allow`` header)."""
 
 
 class RequestTimeoutError(InvalidRequestError):

@@ -199,3 +199,30 @@ async def test_the_quart_app_on_its_own_creates_responses_as_the_server_does() -
         assert events[-1].data == "[DONE]"
         options = await client.options("/v1/responses")
         assert "POST" in options.headers["Allow"]
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ("/v1/responses", "GET"),
+        ("/v1/responses", "PUT"),
+        ("/v1/responses/resp_1", "PUT"),
+        ("/v1/responses/resp_1/cancel", "GET"),
+        ("/v1/models", "POST"),
+        ("/health", "DELETE"),
+    ],
+)
+async def test_a_405_says_what_is_allowed_and_options_tells_the_truth(
+    server: Server, path: str, refused: str
+) -> None:
+    reply = await server.http.request(refused, path)
+    assert reply.status_code == 405
+    options = await server.http.options(path)
+    assert options.status_code == 200
+    allowed = [method.strip() for method in options.headers["allow"].split(",")]
+    assert [method.strip() for method in reply.headers["allow"].split(",")] == allowed
+    assert refused not in allowed and "OPTIONS" in allowed
+    for method in allowed:  # each one it names is taken (none of them is a 405)
+        if method != "OPTIONS":
+            answered = await server.http.request(method, path, json={"model": MODEL})
+            assert answered.status_code != 405, (method, path)

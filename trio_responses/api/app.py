@@ -15,6 +15,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -77,7 +78,10 @@ def json_response(payload: Any, status: int = 200) -> Response:
 
 
 def error_response(error: ResponsesError) -> Response:
-    return _error_json(*wire_error(error))
+    response = _error_json(*wire_error(error))
+    if isinstance(error, MethodNotAllowedError) and error.allow:
+        response.headers["Allow"] = ", ".join(error.allow)
+    return response
 
 
 _INTERNAL_ERROR: dict[str, str | None] = {
@@ -118,9 +122,12 @@ def body_too_slow(body_timeout_s: float) -> RequestTimeoutError:
     )
 
 
-def method_not_allowed(method: str, path: str) -> MethodNotAllowedError:
-    """The error of a request whose method the route at ``path`` does not take."""
-    return MethodNotAllowedError(f"Method {method} is not allowed on {path}.")
+def method_not_allowed(method: str, path: str, allow: Sequence[str]) -> MethodNotAllowedError:
+    """The error of a request whose method the route at ``path`` does not take;
+    ``allow``: the methods it does take (its 405's ``Allow`` header)."""
+    error = MethodNotAllowedError(f"Method {method} is not allowed on {path}.")
+    error.allow = tuple(allow)
+    return error
 
 
 def error_body(error: dict[str, str | None]) -> bytes:
@@ -241,6 +248,28 @@ class _App(QuartTrio):
         with faults_as_exceptions():
             return await super().dispatch_websocket(websocket_context)
 
+    async def make_default_options_response(self) -> Response:
+        # Quart lists the methods of every route at the path, WebSocket routes too:
+        # ``GET /v1/responses`` is a WebSocket upgrade, which a plain GET gets a 405 for.
+        return self.response_class("", headers={"Allow": ", ".join(self.allowed_methods())})
+
+    def allowed_methods(self, path: str | None = None) -> list[str]:
+        """The HTTP methods the routes at ``path`` (default: the request's) take,
+        WebSocket upgrades aside: what ``OPTIONS`` and a 405's ``Allow`` say."""
+        adapter = self.url_map.bind("localhost")
+        target = request.path if path is None else path
+        allowed = []
+        for method in _METHODS:
+            try:
+                adapter.match(target, method=method, websocket=False)
+            except HTTPException:  # no route, another method, a WebSocket route
+                continue
+            allowed.append(method)
+        return [*allowed, "OPTIONS"] if allowed else []
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
 
 def create_app(service: ResponsesService) -> QuartTrio:
     """The quart-trio application serving ``service``. Our server puts
@@ -338,7 +367,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
             return error_response(body_too_large(config.max_body_bytes))
         if status == 405:
             method, _, path = _where().partition(" ")
-            return error_response(method_not_allowed(method, path))
+            return error_response(method_not_allowed(method, path, app.allowed_methods()))
         if status == 408:
             return error_response(body_too_slow(config.body_timeout_s))
         if status == 404:

@@ -54,6 +54,8 @@ from .request_id import REQUEST_ID, request_id_for
 from .sse import SSEBody
 
 PATH = "/v1/responses"
+ALLOW = ("POST", "OPTIONS")
+"""The HTTP methods of the route (its WebSocket upgrade is a GET, but no plain GET)."""
 
 _JSON = (b"content-type", b"application/json")
 _SSE = [
@@ -177,7 +179,7 @@ class CreateRoute:
                 # method gets the 401.
                 owner = owner_for(request.authorization, self._keys) if self._keys else None
                 if method != "POST":
-                    raise method_not_allowed(method, PATH)
+                    raise method_not_allowed(method, PATH, ALLOW)
                 data = await self._read_body(request, receive)
                 if data is None:
                     return  # the client went away: nobody to answer
@@ -204,6 +206,8 @@ class CreateRoute:
                 # Another method matches no route, as in the app.
                 self._log(started, method, status, routed=method == "POST", error=refusal)
                 headers += [_JSON, (b"content-length", b"%d" % len(payload))]
+                if status == 405:
+                    headers.append((b"allow", ", ".join(ALLOW).encode()))
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": payload, "more_body": False})
             nursery.cancel_scope.cancel()
