@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from tests.redis_server import RedisServer
 from tests.support import MODEL, check_stream
 from trio_responses import Config, NotFoundError, ShuttingDownError, open_responses_service
 from trio_responses.store.base import StoredResponse
@@ -88,3 +90,36 @@ async def test_closing_is_not_held_by_retries_of_unrecorded_jobs(
         closing = trio.current_time()
     # A retry is no cleanup: closing cancels it (it took a second per job, shielded).
     assert trio.current_time() - closing < 5
+
+
+async def test_a_cancel_on_another_replica_waits_on_the_log_not_by_polling(
+    redis: RedisServer,
+) -> None:
+    redis.flush()
+    config = Config(store_url=redis.url)
+    async with open_responses_service(config) as a, open_responses_service(config) as b:
+        job = await a.create({"model": MODEL, "input": "tokens:5000 delay:5", "background": True})
+        subscription = job.subscribe()
+        assert await subscription.receive_frames()  # generating
+        put = a.state.store.put
+
+        async def slow_final_put(record: StoredResponse) -> None:
+            if record.response["status"] == "cancelled":
+                await trio.sleep(0.5)  # a slow store: polling would have read it many times
+            await put(record)
+
+        a.state.store.put = slow_final_put  # type: ignore[method-assign]
+        reads = 0
+        get = b.state.store.get
+
+        async def counted_get(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await get(*args, **kwargs)
+
+        b.state.store.get = counted_get  # type: ignore[method-assign]
+        with trio.fail_after(5):
+            cancelled = await b.cancel(job.id)
+        assert cancelled["status"] == "cancelled"
+        assert reads <= 2  # before the cancel, and once its terminal event was logged
+        assert (await a.retrieve(job.id))["status"] == "cancelled"

@@ -580,7 +580,9 @@ class ResponsesService:
         request and closing tool sessions happen in the job's own cleanup,
         which this never waits for. On another replica, the request goes
         through `Control` and this waits (up to the cleanup budget) for that
-        replica to record the outcome. Cancelling a cancelled response returns
+        replica to record the outcome: on its stored event log, whose terminal
+        event follows the final record (the store reading only when there is
+        no log). Cancelling a cancelled response returns
         it again. With ``admin``, ``owner`` is ignored: any owner's response
         running or recently finished here can be cancelled.
 
@@ -619,7 +621,10 @@ class ResponsesService:
         current: StoredResponse | None = record
         delay = 0.01
         with trio.move_on_after(self.config.cleanup_timeout_s):
-            while current is not None and current.running:
+            # Its log ends with the terminal event, written after the final record.
+            await self._until_logged_to_the_end(record.id, owner)
+            current = await self._load(record.id, owner)
+            while current is not None and current.running:  # no log to wait on
                 await trio.sleep(delay)
                 delay = min(delay * 1.5, 0.2)
                 current = await self._load(record.id, owner)
@@ -628,6 +633,22 @@ class ResponsesService:
         if current.status in _CANNOT_CANCEL:  # it finished before the cancel reached it
             raise InvalidRequestError(_CANNOT_CANCEL[current.status], param="response_id")
         return current.response
+
+    async def _until_logged_to_the_end(self, response_id: str, owner: str | None) -> None:
+        """Wait until the stored event log of ``response_id`` holds its terminal event
+        (the backend's own wait: Redis ``XREAD BLOCK``); at once when there is no log
+        to read, or it is behind what is retained."""
+        try:
+            subscription = await self.state.logs.open(
+                response_id, owner=owner, starting_after=-1
+            )
+            if subscription is None:
+                return
+            with subscription:
+                while await subscription.receive_frames():
+                    pass
+        except SubscriberLagged:
+            return
 
     async def delete(self, response_id: str, *, owner: str | None = None) -> dict[str, Any]:
         """Delete a finished stored response (and its retained event log).
