@@ -639,9 +639,7 @@ class ResponsesService:
         (the backend's own wait: Redis ``XREAD BLOCK``); at once when there is no log
         to read, or it is behind what is retained."""
         try:
-            subscription = await self.state.logs.open(
-                response_id, owner=owner, starting_after=-1
-            )
+            subscription = await self.state.logs.open(response_id, owner=owner, starting_after=-1)
             if subscription is None:
                 return
             with subscription:

@@ -27,6 +27,7 @@ from trio_responses.protocol.sse import decode_event, is_terminal_frame
 from trio_responses.store import redis as redis_backend
 from trio_responses.store.base import State, StoredResponse, StoreError
 from trio_responses.store.redis import PREFIX, open_redis_state
+from trio_responses.store.redis import _logs as redis_logs
 
 OWNER = "owner-digest"
 UNUSED_LOG = EventLog(max_events=1, max_bytes=1)  # `finish` ignores it on Redis
@@ -463,7 +464,7 @@ async def test_resuming_in_the_middle_of_a_long_log_is_fast(url: str) -> None:
 async def test_a_large_batch_is_stored_as_several_entries(
     url: str, redis: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_backend, "_ENTRY_BYTES", 2_000)
+    monkeypatch.setattr(redis_logs, "_ENTRY_BYTES", 2_000)
     job = Job()
     async with replica(url) as state:
         batch = job.tokens(30)  # about 8 KB
@@ -487,7 +488,7 @@ async def test_a_large_batch_is_stored_as_several_entries(
 
 async def test_reads_are_bounded_by_bytes(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     budget = 8_000
-    monkeypatch.setattr(redis_backend, "_READ_BYTES", budget)
+    monkeypatch.setattr(redis_logs, "_READ_BYTES", budget)
     job = Job()
     entries: list[list[bytes]] = []
     async with replica(url) as state:
@@ -510,13 +511,13 @@ async def test_reads_are_bounded_by_bytes(url: str, monkeypatch: pytest.MonkeyPa
                     received.extend(batch)
             assert received == job.frames[cursor + 1 :]
         # A frame larger than the budget is still handed out, alone.
-        monkeypatch.setattr(redis_backend, "_READ_BYTES", 10)
+        monkeypatch.setattr(redis_logs, "_READ_BYTES", 10)
         subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=50)
         assert subscription is not None
         with subscription:
             assert await subscription.receive_frames() == job.frames[51:52]
             assert await subscription.receive_frames() == job.frames[52:53]
-        monkeypatch.setattr(redis_backend, "_READ_BYTES", budget)
+        monkeypatch.setattr(redis_logs, "_READ_BYTES", budget)
         # Small entries are gathered up to the budget (after 111: entries of 5 frames).
         subscription = await state.logs.open(job.builder.id, owner=OWNER, starting_after=111)
         assert subscription is not None
