@@ -47,10 +47,10 @@ from .engine import Engine, open_engine
 from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
 from .protocol.ids import new_id
+from .protocol.json_schema import load_schema_checker
 from .protocol.request import (
     CreateRequest,
     check_includes,
-    load_schema_checker,
     parse_create_request,
 )
 from .protocol.shape import request_shape

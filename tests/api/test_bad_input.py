@@ -17,7 +17,7 @@ import trio
 from tests.conftest import StartServer
 from tests.processes import ServeCommand
 from tests.support import MODEL, Server
-from trio_responses.protocol.request import MAX_JSON_DEPTH
+from trio_responses.protocol.json_body import MAX_JSON_DEPTH
 
 SURROGATE = "\ud800"
 

@@ -43,7 +43,7 @@ from .._logging import RESPONSE_ID, printable, refusal
 from .._offload import offload
 from .._service import ResponsesService
 from ..metrics import CONTENT_TYPE, Metrics
-from ..protocol.request import decode_json_body
+from ..protocol.json_body import decode_json_body
 from ..protocol.sse import encode_json
 from .cors import CorsPolicy
 from .request_id import REQUEST_ID, request_id_for

@@ -35,7 +35,7 @@ from .._faults import faults_as_exceptions
 from .._logging import RESPONSE_ID
 from .._offload import offload
 from .._service import ResponsesService
-from ..protocol.request import decode_json_body
+from ..protocol.json_body import decode_json_body
 from ..protocol.sse import encode_json
 from .app import (
     SSE_HEADERS,

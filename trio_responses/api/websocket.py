@@ -51,7 +51,7 @@ from .._service import ResponsesService
 from ..background.event_log import SubscriberLagged
 from ..protocol.builder import ResponseBuilder, request_echo
 from ..protocol.ids import new_id
-from ..protocol.request import decode_json_body
+from ..protocol.json_body import decode_json_body
 from ..protocol.sse import is_terminal_frame
 from ..store.base import StoredResponse
 

@@ -21,20 +21,14 @@ does not define. Stored items are read back ignoring fields their type does
 not define, which records written by earlier versions may carry
 (`parse_input_item`).
 
-`decode_json_body` is the one parser of request bodies: strict JSON (no
-``NaN``/``Infinity``), nesting at most `MAX_JSON_DEPTH` deep, numbers Python
-can hold, strings that are valid Unicode.
+Bodies are decoded by `json_body.decode_json_body`; JSON Schemas are checked by
+`json_schema`, an ``mcp`` tool's headers by `mcp_headers`.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import sys
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, NoReturn
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -48,15 +42,15 @@ from pydantic import (
 )
 
 from .._exceptions import InvalidRequestError
+from .json_body import printable_key
+from .json_schema import check_json_schema
+from .mcp_headers import check_mcp_tool
 
 __all__ = [
     "CreateRequest",
     "FunctionTool",
     "InputItem",
     "McpTool",
-    "check_json_value",
-    "decode_json_body",
-    "mcp_headers",
     "parse_create_request",
 ]
 
@@ -598,165 +592,6 @@ def parse_input_item(raw: Any) -> InputItem:
     return _ITEM_ADAPTER.validate_python(raw, extra="ignore")
 
 
-# -- the JSON body ----------------------------------------------------------------------------
-
-MAX_JSON_DEPTH = 64
-"""How deeply arrays and objects may nest in a request body.
-
-Real requests stay far below it: the deepest part is usually the JSON schema of
-a tool's parameters, a handful of levels. Validation, prompt rendering and
-storing a record all walk values recursively, so this also bounds their
-recursion, well inside Python's.
-"""
-
-_MAX_KEY_IN_PARAM = 64
-"""Longest object key repeated in an error's ``param`` (longer ones are cut)."""
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-_BAD_JSON = (
-    "We could not parse the JSON body of your request. The API expects a JSON "
-    "object; check that the body is valid JSON (UTF-8) and sent with "
-    "'Content-Type: application/json'."
-)
-
-
-class _NonFiniteNumber(ValueError):
-    """``NaN``, ``Infinity`` or ``-Infinity`` in a body (Python's json accepts them)."""
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise _NonFiniteNumber(name)
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-_Path = tuple[Any, int | str] | None
-"""Where a value sits in the body: (parent path, key or index), None for the root."""
-
-
-def decode_json_body(data: bytes) -> Any:
-    """Decode a request body as strict JSON and check what the server cannot hold.
-
-    The body must be UTF-8; ``NaN``/``Infinity`` and numbers that do not fit
-    (``1e999``, integers longer than Python converts) are refused, so whatever
-    is stored stays strict JSON; so are nesting deeper than `MAX_JSON_DEPTH`
-    and lone UTF-16 surrogates (``"\\ud800"``), which no UTF-8 encoder accepts.
-
-    CPU-bound (linear in ``len(data)``): callers run large bodies off the event loop.
-
-    Raises:
-        InvalidRequestError: code ``invalid_json``, or ``invalid_value`` with
-            ``param`` naming the string that holds a surrogate.
-    """
-    try:
-        value = _DECODER.decode(data.decode("utf-8"))
-    except _NonFiniteNumber as error:
-        raise InvalidRequestError(
-            f"The request body contains {error}, which JSON does not allow. "
-            "Send finite numbers only.",
-            code="invalid_json",
-        ) from None
-    except RecursionError:  # the C decoder recurses once per level
-        raise _too_deep(None) from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InvalidRequestError(_BAD_JSON, code="invalid_json") from None
-    except ValueError:  # an integer with more digits than int() converts
-        raise InvalidRequestError(
-            "A number in the request body has more digits than this server accepts "
-            f"({sys.get_int_max_str_digits()}).",
-            code="invalid_json",
-        ) from None
-    check_json_value(value)
-    return value
-
-
-def check_json_value(value: Any) -> None:
-    """Raise `InvalidRequestError` for what `decode_json_body` refuses after parsing.
-
-    An explicit stack rather than recursion, so a deep value costs no Python
-    frames; each node is visited once.
-    """
-    if isinstance(value, str | float):
-        _check_scalar(value, None)
-    stack: list[tuple[Any, int, _Path]] = [(value, 1, None)]
-    while stack:
-        node, depth, path = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.items()
-        elif isinstance(node, list):
-            children = enumerate(node)
-        else:
-            continue
-        if depth > MAX_JSON_DEPTH:
-            raise _too_deep(path)
-        for key, child in children:
-            if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
-                raise _lone_surrogate((path, key))
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1, (path, key)))
-            elif isinstance(child, str | float):
-                _check_scalar(child, (path, key))
-
-
-def _check_scalar(value: str | float, path: _Path) -> None:
-    if isinstance(value, str):
-        if not value.isascii() and _SURROGATE.search(value):
-            raise _lone_surrogate(path)
-    elif not math.isfinite(value):
-        raise InvalidRequestError(
-            f"Invalid value for {_quoted(path)}: the number is too large for this server. "
-            "Send finite numbers (at most about 1.8e308).",
-            param=_render(path),
-            code="invalid_value",
-        )
-
-
-def _too_deep(path: _Path) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"The request body nests arrays and objects more than {MAX_JSON_DEPTH} levels "
-        + (f"deep (at {_quoted(path)})." if path is not None else "deep."),
-        param=_render(path),
-        code="invalid_json",
-    )
-
-
-def _lone_surrogate(path: _Path) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"Invalid value for {_quoted(path)}: the string holds a lone UTF-16 surrogate "
-        "(a \\ud800-\\udfff escape without its pair), which is not valid Unicode. "
-        "Escape characters outside the BMP as surrogate pairs, or send them as UTF-8.",
-        param=_render(path),
-        code="invalid_value",
-    )
-
-
-def _render(path: _Path) -> str | None:
-    """``input[0].content`` for a path; keys are made printable and cut short."""
-    keys: list[int | str] = []
-    while path is not None:
-        path, key = path
-        keys.append(key)
-    rendered = ""
-    for key in reversed(keys):
-        if isinstance(key, int):
-            rendered += f"[{key}]"
-            continue
-        text = _printable_key(key)
-        rendered += f".{text}" if rendered else text
-    return rendered or None
-
-
-def _printable_key(key: str) -> str:
-    text = key.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if len(text) <= _MAX_KEY_IN_PARAM else text[:_MAX_KEY_IN_PARAM] + "…"
-
-
-def _quoted(path: _Path) -> str:
-    rendered = _render(path)
-    return f"'{rendered}'" if rendered is not None else "the request body"
-
-
 # -- parsing and error messages -------------------------------------------------------------
 
 
@@ -831,7 +666,7 @@ def _check_semantics(request: CreateRequest) -> None:
                 code="unsupported_parameter",
             )
         if isinstance(tool, McpTool):
-            _check_mcp_tool(tool, index)
+            check_mcp_tool(tool, index)
     seen: set[str] = set()
     for index, function in enumerate(request.tools):
         if isinstance(function, FunctionTool):
@@ -872,194 +707,6 @@ def _check_semantics(request: CreateRequest) -> None:
                     )
 
 
-def load_schema_checker() -> None:
-    """Make the first `check_json_schema` as quick as the next: it imports the JSON
-    Schema library and builds its meta-schema checks, about half a second that
-    a request handled on the event loop should not wait for (call it once, off
-    the loop, at start-up)."""
-    check_json_schema({"type": "object"}, param="schema", what="a start-up check")
-
-
-def check_json_schema(schema: dict[str, Any], *, param: str, what: str) -> None:
-    """Raise `InvalidRequestError` unless ``schema`` is a valid JSON Schema.
-
-    Checked against its draft's meta-schema (2020-12 unless ``$schema`` says
-    otherwise), and every local ``$ref`` must resolve: the engine constrains
-    output to it.
-    """
-    from jsonschema import exceptions, validators  # type: ignore[import-untyped]
-
-    validator = validators.validator_for(schema, default=validators.Draft202012Validator)
-    try:
-        validator.check_schema(schema)
-    except exceptions.SchemaError as error:
-        where = "/".join(str(part) for part in error.absolute_path)
-        raise InvalidRequestError(
-            f"Invalid JSON schema for {what}: {error.message}"
-            + (f" (at '{where}')" if where else "")
-            + ".",
-            param=param,
-            code="invalid_json_schema",
-        ) from None
-    for ref in _local_refs(schema):
-        if not ref.startswith("#"):
-            raise InvalidRequestError(
-                f"Invalid JSON schema for {what}: $ref {ref!r} is not local; only "
-                "references into the schema itself ('#/$defs/...') are supported.",
-                param=param,
-                code="invalid_json_schema",
-            )
-        node: Any = schema
-        for part in ref[1:].lstrip("/").split("/") if ref.strip("#/") else []:
-            key = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]
-            else:
-                raise InvalidRequestError(
-                    f"Invalid JSON schema for {what}: $ref {ref!r} does not resolve "
-                    "(define it under '$defs').",
-                    param=param,
-                    code="invalid_json_schema",
-                )
-
-
-def _local_refs(node: Any) -> list[str]:
-    """Every ``$ref`` in the schema (not inside values such as ``enum``)."""
-    if isinstance(node, dict):
-        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
-        for key, value in node.items():
-            if key not in ("const", "enum", "default", "examples"):
-                found.extend(_local_refs(value))
-        return found
-    if isinstance(node, list):
-        return [ref for value in node for ref in _local_refs(value)]
-    return []
-
-
-# -- MCP request headers ------------------------------------------------------------------
-
-REFUSED_MCP_HEADERS = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-"""Header names a request may not set for its MCP server (nor any ``Proxy-*``):
-hop-by-hop headers and the framing ones the HTTP client owns. Setting them could
-split or smuggle requests on the way to the MCP server."""
-
-MAX_MCP_HEADERS = 64
-MAX_MCP_HEADER_BYTES = 16 * 1024
-"""Longest header value (or ``authorization`` token) sent to an MCP server."""
-
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
-
-
-def mcp_headers(tool: McpTool) -> dict[str, str]:
-    """The HTTP headers a request's MCP server gets: ``headers``, and
-    ``authorization`` as ``Authorization: Bearer …``.
-
-    Values lose surrounding spaces and tabs (not part of a header value, and
-    refused by the HTTP client). Call on a request `parse_create_request` accepted.
-    """
-    headers = {name: value.strip(" \t") for name, value in (tool.headers or {}).items()}
-    if tool.authorization is not None:
-        headers["Authorization"] = "Bearer " + tool.authorization.strip(" \t")
-    return headers
-
-
-def _check_mcp_tool(tool: McpTool, index: int) -> None:
-    """Raise `InvalidRequestError` for a ``server_url`` or header this server cannot send.
-
-    Messages name headers, never their values: those are credentials.
-    """
-    if tool.server_url is not None:
-        try:
-            parts = urlsplit(tool.server_url)
-            parts.port  # noqa: B018 - raises ValueError for a port out of range
-        except ValueError:
-            raise InvalidRequestError(
-                "server_url is not a valid URL (check the host and the port).",
-                param=f"tools[{index}].server_url",
-                code="invalid_value",
-            ) from None
-        if parts.username is not None or parts.password is not None:
-            # The response echoes its tools and stores them: a credential does not
-            # belong in the URL (its value is not repeated here either).
-            raise InvalidRequestError(
-                "server_url must not carry a user name or password; send credentials "
-                "as 'authorization' or in 'headers', which are never stored or echoed.",
-                param=f"tools[{index}].server_url",
-                code="invalid_value",
-            )
-    headers = tool.headers or {}
-    param = f"tools[{index}].headers"
-    if len(headers) > MAX_MCP_HEADERS:
-        raise InvalidRequestError(
-            f"Too many MCP headers: at most {MAX_MCP_HEADERS}.", param=param, code="invalid_value"
-        )
-    seen: set[str] = set()
-    for name, value in headers.items():
-        lowered = name.lower()
-        if not _HEADER_NAME.fullmatch(name):
-            raise InvalidRequestError(
-                "An MCP header name is not a valid HTTP header name (letters, digits "
-                "and !#$%&'*+-.^_`|~ only).",
-                param=param,
-                code="invalid_value",
-            )
-        if lowered in REFUSED_MCP_HEADERS or lowered.startswith("proxy-"):
-            raise InvalidRequestError(
-                f"The MCP header {name!r} cannot be set by a request: hop-by-hop and "
-                "framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, "
-                "Transfer-Encoding, Upgrade, Host, Content-Length) are the HTTP client's.",
-                param=f"{param}.{name}",
-                code="invalid_value",
-            )
-        if lowered in seen:
-            raise InvalidRequestError(
-                f"The MCP header {name!r} is given twice (names are case-insensitive).",
-                param=f"{param}.{name}",
-                code="invalid_value",
-            )
-        seen.add(lowered)
-        _check_header_value(value, f"The value of MCP header {name!r}", f"{param}.{name}")
-    if tool.authorization is not None:
-        if "authorization" in seen:
-            raise InvalidRequestError(
-                "Give the MCP server's credentials once: either 'authorization' or an "
-                "'Authorization' header.",
-                param=f"tools[{index}].authorization",
-                code="invalid_value",
-            )
-        _check_header_value(tool.authorization, "'authorization'", f"tools[{index}].authorization")
-
-
-def _check_header_value(value: str, what: str, param: str) -> None:
-    if len(value) > MAX_MCP_HEADER_BYTES:
-        raise InvalidRequestError(
-            f"{what} is longer than {MAX_MCP_HEADER_BYTES} bytes.",
-            param=param,
-            code="invalid_value",
-        )
-    if not _HEADER_VALUE.fullmatch(value):
-        raise InvalidRequestError(
-            f"{what} holds a character HTTP headers cannot carry (CR, LF, NUL, another "
-            "control character or non-ASCII text). Send printable ASCII only.",
-            param=param,
-            code="invalid_value",
-        )
-
-
 _TYPE_NAMES = {
     "string_type": "a string",
     "int_type": "an integer",
@@ -1095,7 +742,7 @@ def _param_path(loc: tuple[int | str, ...], data: Any, keep_last: bool) -> str:
             continue
         else:
             node = None
-        key = _printable_key(part)
+        key = printable_key(part)
         path += f".{key}" if path else key
     return path
 

@@ -33,6 +33,7 @@ from mcp_types import (
 from .._exceptions import InvalidRequestError
 from ..harmony.translator import RecipientKind, ToolCall
 from ..metrics import IncDec
+from ..protocol.mcp_headers import mcp_headers
 from ..protocol.request import (
     CodeInterpreterTool,
     CreateRequest,
@@ -40,7 +41,6 @@ from ..protocol.request import (
     McpTool,
     McpToolFilter,
     WebSearchTool,
-    mcp_headers,
 )
 from .budget import RunsBusy, RunSlots
 from .hosts import HostNotAllowed, allowed_hosts
