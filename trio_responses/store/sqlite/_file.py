@@ -41,9 +41,9 @@ from typing import NoReturn, TypeVar, final
 
 import trio
 
-from .base import StoreError
+from ..base import StoreError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("trio_responses.store.sqlite")
 
 BUSY_TIMEOUT_S = 5.0
 """How long opening waits for a lock held by another connection (the ``sqlite3``
