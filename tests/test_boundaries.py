@@ -107,3 +107,54 @@ def test_no_async_generator_outside_context_managers() -> None:
             assert decorators & {"asynccontextmanager", "contextlib.asynccontextmanager"}, (
                 f"{path.name}:{node.lineno} {node.name} is an async generator"
             )
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: pathlib.Path, name: str) -> set[str]:
+    """The package's modules ``path`` imports at run time, anywhere in it (a local
+    import counts; one under ``if TYPE_CHECKING:`` does not)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            submodules = {f"{target}.{alias.name}" for alias in node.names}
+            found |= submodules if submodules & MODULES else {target}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found & MODULES - {name}
+
+
+MODULES = {_module_name(path) for path in PACKAGE.rglob("*.py")}
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    graph = {_module_name(p): _runtime_imports(p, _module_name(p)) for p in PACKAGE.rglob("*.py")}
+    for start in graph:
+        # Every module reachable from `start`; none may lead back to it.
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                pytest.fail(f"an import cycle through {start}")
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])

@@ -24,7 +24,7 @@ from openai import AsyncOpenAI
 from tests.conftest import StartServer
 from tests.support import MODEL, Server, read_sse
 from trio_responses import Config
-from trio_responses.api.app import owner_of
+from trio_responses.api.common import owner_of
 
 USER_KEY = "user-key-1"
 OTHER_KEY = "user-key-2"

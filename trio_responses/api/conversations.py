@@ -16,7 +16,7 @@ from quart_trio import QuartTrio
 from .._exceptions import InvalidRequestError
 from .._service import ResponsesService
 from ..protocol.request import check_includes
-from .app import _integer, _read_json, _shown, json_response
+from .common import integer, json_response, read_json, shown
 
 
 def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
@@ -25,7 +25,7 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
 
     @app.post("/v1/conversations")
     async def create_conversation() -> Response:
-        body = await _read_json()
+        body = await read_json()
         return json_response(await conversations.create(body, owner=g.owner))
 
     @app.get("/v1/conversations/<conversation_id>")
@@ -34,7 +34,7 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
 
     @app.post("/v1/conversations/<conversation_id>")
     async def update_conversation(conversation_id: str) -> Response:
-        body = await _read_json()
+        body = await read_json()
         return json_response(await conversations.update(conversation_id, body, owner=g.owner))
 
     @app.delete("/v1/conversations/<conversation_id>")
@@ -49,7 +49,7 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
                 conversation_id,
                 owner=g.owner,
                 after=args.get("after"),
-                limit=_integer(args.get("limit", "20"), "limit"),
+                limit=integer(args.get("limit", "20"), "limit"),
                 order=_order(args.get("order", "desc")),
                 include=_include(),
             )
@@ -57,7 +57,7 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
 
     @app.post("/v1/conversations/<conversation_id>/items")
     async def create_conversation_items(conversation_id: str) -> Response:
-        body = await _read_json()
+        body = await read_json()
         return json_response(
             await conversations.add_items(conversation_id, body, owner=g.owner, include=_include())
         )
@@ -82,7 +82,7 @@ def _order(value: str) -> Literal["asc", "desc"]:
     if value == "desc":
         return "desc"
     raise InvalidRequestError(
-        f"Invalid 'order': {_shown(value)}. Use 'asc' or 'desc'.", param="order"
+        f"Invalid 'order': {shown(value)}. Use 'asc' or 'desc'.", param="order"
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any, final
+from typing import final
 
 import trio
 from hypercorn.typing import (
@@ -32,23 +32,23 @@ from hypercorn.typing import (
 )
 
 from .._faults import faults_as_exceptions
-from .._logging import RESPONSE_ID
 from .._offload import offload
 from .._service import ResponsesService
 from ..protocol.json_body import decode_json_body
 from ..protocol.sse import encode_json
-from .app import (
+from .app import create_app
+from .asgi import response_chunked_body
+from .common import (
     SSE_HEADERS,
     body_too_large,
     body_too_slow,
-    create_app,
+    create_answer,
     error_body,
     method_not_allowed,
     owner_for,
     record_request,
     wire_error,
 )
-from .asgi import response_chunked_body
 from .cors import CorsPolicy
 from .request_id import REQUEST_ID, request_id_for
 from .sse import SSEBody
@@ -68,34 +68,6 @@ def create_asgi_app(service: ResponsesService) -> ASGIFramework:
     """The whole HTTP and WebSocket API of ``service``: `CreateRoute` ahead of the
     Quart app (`create_app`)."""
     return CreateRoute(service, create_app(service))
-
-
-async def create_answer(
-    service: ResponsesService, body: Any, *, size: int, owner: str | None
-) -> SSEBody | dict[str, Any]:
-    """Create a response from a request's JSON ``body`` (``size`` bytes): the
-    stream to send for ``stream: true``, else the Response object (as created for
-    ``background: true``, else once finished). Shared with the app's own route.
-
-    A client that goes away while a foreground response is generated stops it;
-    background responses go on.
-    """
-    handle = await service.create(body, owner=owner, size=size)
-    RESPONSE_ID.set(handle.id)  # this request's log line names its response
-    try:
-        if handle.stream:
-            return SSEBody(
-                handle.subscribe(),
-                keepalive_s=service.config.sse_keepalive_s,
-                on_close=handle.abandon,
-                metrics=service.metrics,
-            )
-        if handle.background:
-            return handle.created
-        return await handle.wait()
-    except BaseException:
-        handle.abandon()  # the client went away: stop generating
-        raise
 
 
 @final

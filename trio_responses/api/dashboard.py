@@ -38,7 +38,7 @@ from .._exceptions import AuthenticationError
 from .._runner import FinishedJob
 from .._service import ResponsesService
 from ..background.job import Job
-from .app import _check_response_id, _sse, _starting_after, json_response
+from .common import check_response_id, json_response, sse_response, starting_after_param
 from .sse import SSEBody
 
 RATE_WINDOW_S = 60.0
@@ -267,20 +267,20 @@ def add_dashboard(app: QuartTrio, service: ResponsesService) -> None:
     @app.get("/dashboard/api/responses/<response_id>")
     async def dashboard_response(response_id: str) -> Response:
         require_admin()
-        _check_response_id(response_id)
+        check_response_id(response_id)
         return data(await service.retrieve(response_id, admin=True))
 
     @app.get("/dashboard/api/responses/<response_id>/events")
     async def dashboard_events(response_id: str) -> Response:
         require_admin()
-        _check_response_id(response_id)
+        check_response_id(response_id)
         subscription = await service.subscribe(
-            response_id, starting_after=_starting_after(), admin=True
+            response_id, starting_after=starting_after_param(), admin=True
         )
-        return _sse(SSEBody(subscription, keepalive_s=config.sse_keepalive_s))
+        return sse_response(SSEBody(subscription, keepalive_s=config.sse_keepalive_s))
 
     @app.post("/dashboard/api/responses/<response_id>/cancel")
     async def dashboard_cancel(response_id: str) -> Response:
         require_admin()
-        _check_response_id(response_id)
+        check_response_id(response_id)
         return data(await service.cancel(response_id, admin=True))

@@ -61,7 +61,7 @@ CACHED_RESPONSES = 8
 """Finished responses a connection keeps for ``previous_response_id`` (the newest)."""
 
 WireError = Callable[[Exception], tuple[dict[str, str | None], int]]
-"""The error object and HTTP status of an error (`api.app.wire_error`)."""
+"""The error object and HTTP status of an error (`api.common.wire_error`)."""
 
 _DATA = b"\ndata: "
 
