@@ -12,7 +12,7 @@ anything else is a fault of the one job or request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import trio
@@ -39,6 +39,23 @@ def split_faults(error: BaseException) -> tuple[BaseException | None, BaseExcept
     if isinstance(error, PASSING):
         return error, None
     return None, error
+
+
+@contextmanager
+def faults_handled(handle: Callable[[BaseException], None]) -> Iterator[None]:
+    """A boundary: ``handle(fault)`` for the fault part of what the body raises (a
+    `BaseException` from native code included); what must pass (`PASSING`) is
+    raised on, the rest is not. ``handle`` may raise to refuse the fault after all."""
+    try:
+        yield
+    except BaseException as error:
+        passing, fault = split_faults(error)
+        if fault is not None:
+            handle(fault)
+        if passing is error:
+            raise
+        if passing is not None:
+            raise passing from None
 
 
 @contextmanager

@@ -28,13 +28,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, final
 
 import trio
 
 from ._config import Config
 from ._exceptions import RequestTooLargeError, ServerBusyError, ShuttingDownError
-from ._faults import split_faults
+from ._faults import faults_handled
 from ._generation import PromptPlan, generate_response
 from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
@@ -124,19 +125,21 @@ async def _beside(
     started, anything it raises (but cancellation and shutdown) ends the response
     ``failed`` (``server_error``), is logged once, and goes no further."""
     status = _Started(task_status)
-    try:
+
+    def failed(fault: BaseException) -> None:
+        if not status.reported:
+            raise fault  # before it began: the job's start fails with it
+        logger.error("%s: its %s failed", job.id, name, exc_info=fault)
+        job.abort(_INTERNAL_ERROR["code"], _INTERNAL_ERROR["message"])
+
+    with faults_handled(failed):
         await task(task_status=status)
-    except BaseException as error:
-        passing, fault = split_faults(error)
-        if fault is not None:
-            if not status.reported:
-                raise  # before it began: the job's start fails with it
-            logger.error("%s: its %s failed", job.id, name, exc_info=fault)
-            job.abort(_INTERNAL_ERROR["code"], _INTERNAL_ERROR["message"])
-        if passing is error:
-            raise
-        if passing is not None:
-            raise passing from None
+
+
+def _generation_failed(job: Job, fault: BaseException) -> None:
+    logger.error("%s failed with an internal error", job.id, exc_info=fault)
+    if not job.finished:
+        job.finish("failed", error=dict(_INTERNAL_ERROR))
 
 
 @final
@@ -577,18 +580,14 @@ class JobRunner:
             task_status.started(
                 job.snapshot() if job.background and not job.request.stream else None
             )
-            try:
+            # A fault of another task of the job (a tool session's): the job ended
+            # with it; the server goes on.
+            with faults_handled(
+                lambda fault: logger.error(
+                    "%s: a task of the response failed", job.id, exc_info=fault
+                )
+            ):
                 await self._generate(job, plan, recorder, timer, turn)
-            except BaseException as error:
-                # A fault of a task beside the generation (recording it, keeping its
-                # conversation): the job ended with it; the server goes on.
-                passing, fault = split_faults(error)
-                if fault is not None:
-                    logger.error("%s: a task of the response failed", job.id, exc_info=fault)
-                if passing is error:
-                    raise
-                if passing is not None:
-                    raise passing from None
         finally:
             self._unregister(job)
 
@@ -618,7 +617,8 @@ class JobRunner:
                 owner=job.owner,
             )
             try:
-                with job.cancel_scope:
+                # An exception, or a panic in native code: that response fails.
+                with faults_handled(partial(_generation_failed, job)), job.cancel_scope:
                     async with _GenerationSlot(self._slots, self._tenants[job.owner].slots):
                         await generate_response(
                             job,
@@ -629,16 +629,6 @@ class JobRunner:
                             metrics=self._metrics,
                             timer=timer,
                         )
-            except BaseException as error:
-                passing, fault = split_faults(error)
-                if fault is not None:  # an exception, or a panic in native code
-                    logger.error("%s failed with an internal error", job.id, exc_info=fault)
-                    if not job.finished:
-                        job.finish("failed", error=dict(_INTERNAL_ERROR))
-                if passing is error:
-                    raise
-                if passing is not None:
-                    raise passing from None
             finally:
                 if not job.finished:  # our own nursery is being cancelled: shutting down
                     job.finish("failed", error=dict(SHUTDOWN_ERROR))

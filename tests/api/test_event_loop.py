@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -52,6 +53,23 @@ async def _sample_health(
         response = await http.get("/health")
         latencies.append(time.perf_counter() - start)
         assert response.status_code == 200
+
+
+async def _latencies_during(
+    url: str, work: Callable[[httpx2.AsyncClient], Awaitable[None]], timeout_s: float
+) -> list[float]:
+    """``/health`` latencies (`_sample_health`) while ``work`` runs with a client of its own."""
+    latencies: list[float] = []
+    done = trio.Event()
+    with trio.fail_after(timeout_s):
+        async with httpx2.AsyncClient(base_url=url, timeout=120) as sampler:
+            await sampler.get("/health")  # connected and warm
+            async with trio.open_nursery() as inner:
+                inner.start_soon(_sample_health, sampler, done, latencies)
+                async with httpx2.AsyncClient(base_url=url, timeout=120) as http:
+                    await work(http)
+                done.set()
+    return latencies
 
 
 async def test_health_stays_fast_while_large_requests_are_processed(
@@ -134,20 +152,14 @@ async def test_health_stays_fast_while_references_to_large_items_are_rendered(
         }
     ).encode()
     assert len(ids) == 600 and len(body) < 64 * 1024  # small enough to decode inline
-    latencies: list[float] = []
-    done = trio.Event()
 
-    with trio.fail_after(120):
-        async with httpx2.AsyncClient(base_url=server.url, timeout=120) as sampler:
-            await sampler.get("/health")
-            async with trio.open_nursery() as inner:
-                inner.start_soon(_sample_health, sampler, done, latencies)
-                async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
-                    for _ in range(2):
-                        response = await http.post("/v1/responses", content=body, headers=headers)
-                        assert response.status_code == 200, response.text[:300]
-                        assert response.json()["status"] in ("completed", "incomplete")
-                done.set()
+    async def post_references(http: httpx2.AsyncClient) -> None:
+        for _ in range(2):
+            response = await http.post("/v1/responses", content=body, headers=headers)
+            assert response.status_code == 200, response.text[:300]
+            assert response.json()["status"] in ("completed", "incomplete")
+
+    latencies = await _latencies_during(server.url, post_references, 120)
     # Rendered on the loop, each of these stalls it for about a second (more on a
     # loaded machine); in a worker thread, /health answers within a few ms.
     assert max(latencies) < 0.5, f"/health took up to {max(latencies) * 1000:.0f} ms"
@@ -215,20 +227,15 @@ async def test_health_stays_fast_while_hostile_text_is_handled(
 ) -> None:
     route, body, status = HOSTILE[name]
     server = await ServeCommand.start(nursery, "--max-model-len", "131072")
-    latencies: list[float] = []
-    done = trio.Event()
-    with trio.fail_after(300):
-        async with httpx2.AsyncClient(base_url=server.url, timeout=120) as sampler:
-            await sampler.get("/health")
-            async with trio.open_nursery() as inner:
-                inner.start_soon(_sample_health, sampler, done, latencies)
-                async with httpx2.AsyncClient(base_url=server.url, timeout=120) as http:
-                    sent, started = 0, time.perf_counter()
-                    while sent < 3 or time.perf_counter() - started < 2:  # quick ones again
-                        reply = await http.post(route, json=body)
-                        assert reply.status_code == status, reply.text[:300]
-                        sent += 1
-                done.set()
+
+    async def post_hostile(http: httpx2.AsyncClient) -> None:
+        sent, started = 0, time.perf_counter()
+        while sent < 3 or time.perf_counter() - started < 2:  # quick ones again
+            reply = await http.post(route, json=body)
+            assert reply.status_code == status, reply.text[:300]
+            sent += 1
+
+    latencies = await _latencies_during(server.url, post_hostile, 300)
     assert len(latencies) >= 20
     p50, p99 = (statistics.quantiles(latencies, n=100)[q] for q in (49, 98))
     # Held on the loop, each of these froze it for seconds to minutes; the target is

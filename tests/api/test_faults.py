@@ -165,26 +165,20 @@ def _failing_once_started(
 async def test_a_bug_in_recording_fails_that_response_only(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch, store_url: str
 ) -> None:
-    server = await start_server(store_url=store_url)
-    other = await server.client.responses.create(
-        model=MODEL, input="tokens:40 delay:20", background=True
-    )
+    server, other_id = await _serving_another_response(start_server, store_url)
     monkeypatch.setattr(
         Recorder,
         "follow",
         _failing_once_started(Recorder.follow, lambda rec: "fault" in str(rec._job.request.input)),
     )
     failed = await server.client.responses.create(model=MODEL, input="fault tokens:200 delay:5")
-    await _assert_only_it_failed(server, failed.id, other.id)
+    await _assert_only_it_failed(server, failed.id, other_id)
 
 
 async def test_a_bug_in_the_conversation_lease_fails_that_response_only(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch, store_url: str
 ) -> None:
-    server = await start_server(store_url=store_url)
-    other = await server.client.responses.create(
-        model=MODEL, input="tokens:40 delay:20", background=True
-    )
+    server, other_id = await _serving_another_response(start_server, store_url)
     monkeypatch.setattr(
         ConversationTurn,
         "keep",
@@ -194,7 +188,18 @@ async def test_a_bug_in_the_conversation_lease_fails_that_response_only(
     failed = await server.client.responses.create(
         model=MODEL, input="tokens:200 delay:5", conversation=conversation.id
     )
-    await _assert_only_it_failed(server, failed.id, other.id)
+    await _assert_only_it_failed(server, failed.id, other_id)
+
+
+async def _serving_another_response(
+    start_server: StartServer, store_url: str
+) -> tuple[Server, str]:
+    """A server on ``store_url`` with a background response generating; its id."""
+    server = await start_server(store_url=store_url)
+    other = await server.client.responses.create(
+        model=MODEL, input="tokens:40 delay:20", background=True
+    )
+    return server, other.id
 
 
 async def _assert_only_it_failed(server: Server, failed_id: str, other_id: str) -> None:
