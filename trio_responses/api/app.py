@@ -13,15 +13,13 @@ import logging
 import time
 from typing import Any
 
-import trio
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 from quart import Response, g, request, websocket
 from quart.ctx import RequestContext, WebsocketContext
 from quart.typing import ResponseReturnValue
 from quart_trio import QuartTrio
-from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
+from .._adapters.quart_trio import HTTPConnection
 from .._exceptions import (
     AuthenticationError,
     InvalidRequestError,
@@ -62,22 +60,6 @@ from .sse import SSEBody
 from .websocket import ResponsesSocket
 
 logger = logging.getLogger("trio_responses.api")
-
-
-class _HTTPConnection(TrioASGIHTTPConnection):
-    """quart-trio's HTTP request handling, in one task fewer.
-
-    quart-trio runs two tasks in a nursery per request: one takes the ASGI
-    messages (the body, then a disconnect, which cancels the nursery) and one
-    handles the request. Here the handling runs in the task that called the app,
-    as the nursery's body: a disconnect cancels it just the same.
-    """
-
-    async def __call__(self, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-        request = self._create_request_from_scope(send)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.handle_messages, nursery, request, receive)
-            await self.handle_request(nursery, request, send)
 
 
 class _App(QuartTrio):
@@ -128,7 +110,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
     `create_route.CreateRoute` in front of it (`create_route.create_asgi_app`)."""
     config = service.config
     app = _App("trio_responses")
-    app.asgi_http_class = _HTTPConnection
+    app.asgi_http_class = HTTPConnection
     # Quart cuts any response (SSE included) after 60 s by default.
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["BODY_TIMEOUT"] = config.body_timeout_s
