@@ -78,7 +78,8 @@ command (``XREAD``, with or without ``BLOCK``) makes coredis close that
 connection instead (its reply can reach nothing). What coredis 6.9 gets wrong
 is the pool's bookkeeping around those cancellations: it loses a slot per
 cancelled blocking read and per cancellation during a connection's set-up, so
-a pool would end up with no connection to hand out. `_Pool` fixes both.
+a pool would end up with no connection to hand out. Our pool
+(`trio_responses._adapters.coredis.ConnectionPool`) fixes both.
 """
 
 from __future__ import annotations

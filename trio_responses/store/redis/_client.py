@@ -11,11 +11,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar, final
 
 import coredis
-import trio
 from coredis.commands.script import Script
 from coredis.exceptions import RedisError
-from coredis.pool import ConnectionPool
 
+from ..._adapters.coredis import ConnectionPool
 from ..._config import Config
 from ..base import (
     LogStatistics,
@@ -96,34 +95,6 @@ async def _io(request: Awaitable[T]) -> T:
         raise StoreError(
             f"The response store (Redis) is unavailable: {error or type(error).__name__}"
         ) from error
-
-
-@final
-class _Pool(ConnectionPool[Any]):
-    """coredis 6.9's pool, minus two leaks of its slots (see the module docstring).
-
-    Each slot of the pool is either idle in it or leased. coredis loses a slot
-    (for good: after ``max_connections`` losses every command waits for a
-    connection that never comes) when
-
-    - a leased connection dies (a blocking command cancelled, timed out or cut
-      off): `release` drops the connection and not the slot; and
-    - the caller is cancelled while `get_connection` sets up a new connection
-      (connect and handshake): the slot taken for it is never put back.
-    """
-
-    async def get_connection(self, **kwargs: Any) -> Any:
-        # Uncancellable, so never cut off half-way; bounded by the pool's own
-        # timeout (and, within it, the connect and reply timeouts). Normally it
-        # takes an idle connection at once; a cancellation waits for a new
-        # connection's set-up (well under a millisecond on a healthy server).
-        with trio.CancelScope(shield=True):
-            return await super().get_connection(**kwargs)
-
-    def release(self, connection: Any) -> None:
-        super().release(connection)
-        if not connection.usable and not self._available_connections.full():
-            self._available_connections.append_nowait(None)
 
 
 @final
@@ -248,7 +219,7 @@ def _raw(value: str | bytes) -> bytes:
 def _client(
     url: str, *, stream_timeout_s: float, max_connections: int | None
 ) -> coredis.Redis[bytes]:
-    pool = _Pool.from_url(
+    pool = ConnectionPool.from_url(
         url,
         decode_responses=False,
         stream_timeout=stream_timeout_s,

@@ -180,7 +180,7 @@ class _LogReader:
         """The next entry after ``after``, once the writer adds it (``[]`` after a while).
 
         On the blocking client; if cancelled, coredis drops its connection (the
-        reply can never reach another command) and `_Pool` recycles the slot. One
+        reply can never reach another command) and our pool recycles the slot. One
         entry (a batch written within the last moments) keeps the read bounded.
         """
         reply = await _io(self._redis.blocking.xread({self._log: after}, count=1, block=_BLOCK_MS))
