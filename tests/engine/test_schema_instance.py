@@ -224,6 +224,19 @@ def test_patterns_with_huge_repeats_and_backtracking_stay_cheap() -> None:
     assert time.perf_counter() - started < 5
 
 
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [("^(?>ab)+c$", "abc"), ("^(?>a|b)[^\\d]x{2}(?=y)y$", "aaxxy"), ("^(?!z)[a-c]{2}$", "aa")],
+)
+def test_patterns_with_atomic_groups_and_lookarounds_get_matching_strings(
+    pattern: str, expected: str
+) -> None:
+    schema = {"type": "string", "pattern": pattern}
+    value = instance(schema)
+    jsonschema.validate(value, schema)
+    assert value == expected
+
+
 def test_a_pattern_that_backtracks_polynomially_is_bounded() -> None:
     # Repeats one after another: Python's re takes minutes on 60 letters.
     schema = {

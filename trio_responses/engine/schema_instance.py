@@ -34,12 +34,13 @@ import functools
 import json
 import math
 import re
-import re._parser as _re_parser  # type: ignore[import-not-found]
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
+
+from .._adapters import sre
 
 MAX_DEPTH = 32
 """Deeper than this (recursive ``$ref``\\ s), optional parts are left out."""
@@ -529,13 +530,13 @@ def _json_type(value: Any) -> str | None:
 def _matching(pattern: str, variant: int, deadline: float) -> list[str]:
     """Short strings that match ``pattern`` (simple regexes; [] when it cannot tell)."""
     try:
-        parsed = _re_parser.parse(pattern)
+        parsed = sre.parse(pattern)
     except (re.error, RecursionError):
         return []
     found = []
     for repeat in (0, 1, 3):
         try:
-            text = _regex_text(list(parsed), repeat, variant)
+            text = _regex_text(parsed, repeat, variant)
         except (ValueError, RecursionError):
             continue
         if _search(pattern, text, deadline):
@@ -543,11 +544,10 @@ def _matching(pattern: str, variant: int, deadline: float) -> list[str]:
     return found
 
 
-def _regex_text(items: list[Any], repeat: int, variant: int) -> str:
+def _regex_text(items: list[sre.Node], repeat: int, variant: int) -> str:
     """One string the parsed regex ``items`` match: each repeat at least ``repeat`` times."""
     out: list[str] = []
-    for op, arg in items:
-        name = str(op)
+    for name, arg in items:
         if name == "LITERAL":
             out.append(chr(arg))
         elif name == "ANY":
@@ -557,18 +557,16 @@ def _regex_text(items: list[Any], repeat: int, variant: int) -> str:
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             low, high, sub = arg
             count = max(low, min(repeat, high))
-            part = _regex_text(list(sub), repeat, variant)
+            part = _regex_text(sub, repeat, variant)
             if len(part) * count > MAX_MATCHED:
                 raise ValueError("a repeat too long to write out")
             out.append(part * count)
         elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
-            sub = arg[-1]
-            out.append(_regex_text(list(sub), repeat, variant))
+            out.append(_regex_text(arg, repeat, variant))
         elif name == "BRANCH":
-            branches = arg[1]
-            out.append(_regex_text(list(branches[variant % len(branches)]), repeat, variant))
+            out.append(_regex_text(arg[variant % len(arg)], repeat, variant))
         elif name == "CATEGORY":
-            out.append(_category_char(str(arg)))
+            out.append(_category_char(arg))
         elif name in ("AT", "ASSERT", "ASSERT_NOT"):
             continue
         else:
@@ -579,31 +577,29 @@ def _regex_text(items: list[Any], repeat: int, variant: int) -> str:
     return text
 
 
-def _class_char(items: list[Any]) -> str:
-    if items and str(items[0][0]) == "NEGATE":
+def _class_char(items: list[sre.Node]) -> str:
+    if items and items[0][0] == "NEGATE":
         for candidate in "a0A_ -":
             if not _class_has(items[1:], candidate):
                 return candidate
         raise ValueError("negated class")
-    for op, arg in items:
-        name = str(op)
+    for name, arg in items:
         if name == "LITERAL":
             return chr(arg)
         if name == "RANGE":
             return chr(arg[0])
         if name == "CATEGORY":
-            return _category_char(str(arg))
+            return _category_char(arg)
     raise ValueError("empty class")
 
 
-def _class_has(items: list[Any], char: str) -> bool:
-    for op, arg in items:
-        name = str(op)
+def _class_has(items: list[sre.Node], char: str) -> bool:
+    for name, arg in items:
         if name == "LITERAL" and chr(arg) == char:
             return True
         if name == "RANGE" and arg[0] <= ord(char) <= arg[1]:
             return True
-        if name == "CATEGORY" and re.fullmatch(_CATEGORIES.get(str(arg), "$^"), char):
+        if name == "CATEGORY" and re.fullmatch(_CATEGORIES.get(arg, "$^"), char):
             return True
     return False
 
@@ -656,26 +652,25 @@ the `regex` module in time and memory (about half a microsecond each)."""
 def _expands_too_far(pattern: str) -> bool:
     """Whether ``pattern``'s counted repeats, written out, exceed `MAX_EXPANDED`."""
     try:
-        parsed = _re_parser.parse(pattern)
+        parsed = sre.parse(pattern)
     except (re.error, RecursionError, OverflowError):
         return False  # not Python's syntax: `_search` lets the regex module judge
     try:
-        return _expanded(list(parsed)) > MAX_EXPANDED
+        return _expanded(parsed) > MAX_EXPANDED
     except RecursionError:
         return True
 
 
-def _expanded(items: list[Any]) -> int:
+def _expanded(items: list[sre.Node]) -> int:
     total = 0
-    for op, arg in items:
-        name = str(op)
+    for name, arg in items:
         if name in _REPEATS:
             low, _high, sub = arg
-            total += max(low, 1) * _expanded(list(sub))
+            total += max(low, 1) * _expanded(sub)
         elif name == "BRANCH":
-            total += sum(_expanded(list(branch)) for branch in arg[1])
+            total += sum(_expanded(branch) for branch in arg)
         elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT"):
-            total += _expanded(list(arg[-1]))
+            total += _expanded(arg)
         else:
             total += 1
         if total > MAX_EXPANDED:
@@ -687,30 +682,29 @@ def _expanded(items: list[Any]) -> int:
 def _nests_repeats(pattern: str) -> bool:
     """Whether ``pattern`` repeats a group that holds a repeat or an alternation."""
     try:
-        parsed = _re_parser.parse(pattern)
+        parsed = sre.parse(pattern)
     except (re.error, RecursionError, OverflowError):
         return True
-    return _has_nested(list(parsed), inside_repeat=False)
+    return _has_nested(parsed, inside_repeat=False)
 
 
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 
 
-def _has_nested(items: list[Any], *, inside_repeat: bool) -> bool:
-    for op, arg in items:
-        name = str(op)
+def _has_nested(items: list[sre.Node], *, inside_repeat: bool) -> bool:
+    for name, arg in items:
         if name in _REPEATS:
             if inside_repeat:
                 return True
-            if _has_nested(list(arg[2]), inside_repeat=True):
+            if _has_nested(arg[2], inside_repeat=True):
                 return True
         elif name == "BRANCH":
             if inside_repeat:
                 return True
-            if any(_has_nested(list(b), inside_repeat=False) for b in arg[1]):
+            if any(_has_nested(b, inside_repeat=False) for b in arg):
                 return True
         elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT") and _has_nested(
-            list(arg[-1]), inside_repeat=inside_repeat
+            arg, inside_repeat=inside_repeat
         ):
             return True
     return False
