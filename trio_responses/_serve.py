@@ -65,8 +65,8 @@ from hypercorn.utils import repr_socket_addr, wrap_app
 from ._config import Config
 from ._exceptions import StartupError
 from ._service import ResponsesService, open_responses_service
+from .api.app import create_asgi_app
 from .api.asgi import connection_raw, shield_final_send
-from .api.create_route import create_asgi_app
 
 logger = logging.getLogger("trio_responses.serve")
 
