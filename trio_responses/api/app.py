@@ -242,7 +242,12 @@ def create_app(service: ResponsesService) -> _App:
                 response_id, starting_after=starting_after, owner=caller(), background_only=True
             )
             return sse_response(
-                SSEBody(subscription, keepalive_s=config.sse_keepalive_s, metrics=metrics)
+                SSEBody(
+                    subscription,
+                    keepalive_s=config.sse_keepalive_s,
+                    metrics=metrics,
+                    producer_writes=not config.reader_writes,
+                )
             )
         return json_response(await service.retrieve(response_id, owner=caller()))
 

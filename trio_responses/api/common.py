@@ -278,6 +278,7 @@ async def create_answer(
             return SSEBody(
                 handle.subscribe(),
                 keepalive_s=service.config.sse_keepalive_s,
+                producer_writes=not service.config.reader_writes,
                 on_close=handle.abandon,
                 metrics=service.metrics,
             )
