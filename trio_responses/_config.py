@@ -258,6 +258,11 @@ class Config:
     sse_write_timeout_s: float = 30.0
     """A stream whose client takes longer than this to accept a write is closed
     (a foreground response is then cancelled)."""
+    reader_writes: bool = False
+    """Every stream's own task writes its socket. By default a stream following a
+    response in this process may have its events written by the response's
+    producer when the socket takes them at once (`api.direct_writes`): fewer
+    task switches per event at many streams."""
     stream_flush_ms: float = 5.0
     """Live streams: readers of a response are woken at most once per this many
     milliseconds, so a fast response reaches each reader in fewer, larger writes.

@@ -55,8 +55,8 @@ from hypercorn.config import Config as HypercornConfig
 from ._adapters.hypercorn import repr_socket_addr, serve_http
 from ._config import Config
 from ._service import ResponsesService, open_responses_service
+from .api.app import create_asgi_app
 from .api.asgi import shield_final_send
-from .api.create_route import create_asgi_app
 
 logger = logging.getLogger("trio_responses.serve")
 

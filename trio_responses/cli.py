@@ -303,6 +303,13 @@ _SERVE_OPTIONS = (
         float,
     ),
     _Option(
+        "--reader-writes",
+        "reader_writes",
+        "each stream's own task writes its socket (by default the response's "
+        "producer writes events a stream's socket takes at once)",
+        switch=True,
+    ),
+    _Option(
         "--stream-flush-ms",
         "stream_flush_ms",
         "milliseconds a live stream may hold an event to write it with the next ones "

@@ -95,3 +95,44 @@ async def test_a_reader_that_stops_reading_is_cut_off_without_slowing_anyone(
     assert "starting_after" in error["message"]
     await stalled.aclose()
     assert server.service.statistics().subscribers == 0
+
+
+@pytest.mark.parametrize("reader_writes", [False, True])
+async def test_readers_get_the_whole_stream_whoever_writes_their_sockets(
+    start_server: StartServer, reader_writes: bool
+) -> None:
+    """With the producer writing readers' sockets (the default) and with each
+    reader's task writing its own (``--reader-writes``), a response's creator and
+    ten readers of a live background response get every event."""
+    server = await start_server(reader_writes=reader_writes, token_delay_s=0.005)
+    background = await server.client.responses.create(
+        model=MODEL, input="tokens:200", background=True
+    )
+    bodies: list[bytes] = []
+    created: list[bytes] = []
+
+    async def read() -> None:
+        client = await RawSSEClient.open(
+            server, "GET", f"/v1/responses/{background.id}?stream=true&starting_after=-1"
+        )
+        async with client.stream:
+            bodies.append((await client.read_all()).replace(KEEPALIVE, b""))
+
+    async def create() -> None:
+        body = {"model": MODEL, "input": "tokens:200", "stream": True}
+        client = await RawSSEClient.open(server, "POST", "/v1/responses", body=body)
+        async with client.stream:
+            created.append((await client.read_all()).replace(KEEPALIVE, b""))
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(create)
+            for _ in range(10):
+                nursery.start_soon(read)
+    assert len(bodies) == 10 and len(set(bodies)) == 1
+    for body in (bodies[0], created[0]):
+        events = [e.json() for e in parse_sse(body)[:-1]]
+        check_stream(events)
+        assert events[-1]["type"] == "response.completed"
+        deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+        assert len(deltas) == 200

@@ -1,12 +1,17 @@
 """Request bodies: their deadline, their size bound, a client leaving halfway, and the
-method a route takes, on ``POST /v1/responses`` (served ahead of Quart) and on the
-app's other routes alike."""
+method a route takes, on ``POST /v1/responses`` (served by the pipeline itself) and on
+the app's other routes alike."""
 
 from __future__ import annotations
 
 import json
+from functools import partial
+from typing import Any
 
 import h11
+import httpx2
+import hypercorn.config
+import hypercorn.trio
 import pytest
 import trio
 import trio.testing
@@ -23,7 +28,7 @@ from tests.support import (
 )
 from trio_responses import Config
 from trio_responses._service import open_responses_service
-from trio_responses.api.app import create_app
+from trio_responses.api.app import create_asgi_app
 from trio_responses.metrics import PREFIX
 
 ROUTES = ["/v1/responses", "/v1/responses/input_tokens"]
@@ -177,28 +182,52 @@ async def test_without_a_key_every_method_gets_401_before_405(
     assert other.status_code == 401
 
 
-async def test_the_quart_app_on_its_own_creates_responses_as_the_server_does() -> None:
-    # Served without `CreateRoute` in front (another ASGI server, a test client), the
-    # app's own route creates responses, and OPTIONS lists the route's methods.
-    async with open_responses_service(Config(port=0)) as service:
-        client = create_app(service).test_client()
-        reply = await client.post("/v1/responses", json={"model": MODEL, "input": "tokens:3"})
-        assert reply.status_code == 200
-        created = await reply.get_json()
-        assert created["status"] == "completed"
-        assert created["output"][-1]["content"][0]["text"]
-        assert reply.headers["x-request-id"].startswith("req_")
-        bad = await client.post("/v1/responses", data=b'{"model":')
-        assert bad.status_code == 400
-        assert (await bad.get_json())["error"]["code"] == "invalid_json"
-        streamed = await client.post(
-            "/v1/responses", json={"model": MODEL, "input": "tokens:3", "stream": True}
-        )
-        events = parse_sse(await streamed.get_data(as_text=False))
-        assert events[-2].event == "response.completed"
-        assert events[-1].data == "[DONE]"
-        options = await client.options("/v1/responses")
-        assert "POST" in options.headers["Allow"]
+async def test_the_api_under_another_asgi_server_serves_every_route_alike() -> None:
+    # Served by plain hypercorn (no direct socket writes) and mounted under a prefix
+    # (so the app's own create view serves the route), the pipeline still
+    # authenticates, bounds, ids and logs every request, and creates responses as
+    # our server does.
+    config = Config(port=0, api_keys=("right",), max_body_bytes=10_000)
+    async with open_responses_service(config) as service, trio.open_nursery() as nursery:
+        asgi = create_asgi_app(service)
+
+        async def mounted(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] in ("http", "websocket"):
+                scope = {**scope, "root_path": "/api", "path": "/api" + scope["path"]}
+            await asgi(scope, receive, send)
+
+        for app in (asgi, mounted):
+            hconfig = hypercorn.config.Config()
+            hconfig.bind = ["127.0.0.1:0"]
+            binds = await nursery.start(partial(hypercorn.trio.serve, app, hconfig, mode="asgi"))
+            async with httpx2.AsyncClient(
+                base_url=binds[0], headers={"Authorization": "Bearer right"}
+            ) as client:
+                reply = await client.post(
+                    "/v1/responses", json={"model": MODEL, "input": "tokens:3"}
+                )
+                assert reply.status_code == 200
+                created = reply.json()
+                assert created["status"] == "completed"
+                assert created["output"][-1]["content"][0]["text"]
+                assert reply.headers["x-request-id"].startswith("req_")
+                bad = await client.post("/v1/responses", content=b'{"model":')
+                assert bad.status_code == 400
+                assert bad.json()["error"]["code"] == "invalid_json"
+                streamed = await client.post(
+                    "/v1/responses", json={"model": MODEL, "input": "tokens:3", "stream": True}
+                )
+                events = parse_sse(streamed.content)
+                assert events[-2].event == "response.completed"
+                assert events[-1].data == "[DONE]"
+                options = await client.options("/v1/responses")
+                assert options.headers["Allow"] == "POST, OPTIONS"
+                unkeyed = await client.get("/v1/models", headers={"Authorization": "Bearer no"})
+                assert unkeyed.status_code == 401
+                large = await client.post("/v1/responses/input_tokens", content=b"x" * 20_000)
+                assert large.status_code == 413
+                assert large.json()["error"]["code"] == "request_too_large"
+        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(

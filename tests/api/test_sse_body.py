@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import pytest
 import trio
 import trio.testing
 
@@ -117,14 +118,19 @@ def _unchunk(wire: bytes) -> bytes:
 
 
 def _served_directly(
-    *, keepalive_s: float
+    *,
+    keepalive_s: float,
+    producer_writes: bool = True,
+    connection: _ThrottledConnection | None = None,
 ) -> tuple[_ThrottledConnection, EventLog, Callable[[], Awaitable[None]]]:
     """A body following a log as an HTTP/1.1 response would (its chunks written to
     the connection, events maybe by the producer): the connection, the log, and
     the task that serves the body."""
-    connection = _ThrottledConnection()
+    connection = connection or _ThrottledConnection()
     log = EventLog(max_events=100, max_bytes=1 << 20)
-    body = SSEBody(LogSubscription(log, -1), keepalive_s=keepalive_s)
+    body = SSEBody(
+        LogSubscription(log, -1), keepalive_s=keepalive_s, producer_writes=producer_writes
+    )
 
     async def send(message: object) -> None:
         raise AssertionError("chunks go through the chunked body, not ASGI")
@@ -158,6 +164,60 @@ async def test_a_half_taken_direct_write_is_finished_before_anything_else(
         log.append(_frame(4))
         log.close()
     assert _unchunk(bytes(connection.wire)) == b"".join(_frame(n) for n in range(5)) + DONE
+
+
+async def test_with_the_switch_off_the_producer_writes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``--reader-writes``: the same stream, every event written by the body's task."""
+    connection, log, serve = _served_directly(keepalive_s=1000, producer_writes=False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        for n in range(3):
+            await trio.sleep(0.01)
+            log.append(_frame(n))
+            assert connection.direct_writes == 0
+            await trio.testing.wait_all_tasks_blocked()  # the body's task wrote it
+            assert _unchunk(bytes(connection.wire)) == b"".join(_frame(k) for k in range(n + 1))
+        log.close()
+    assert connection.direct_writes == 0
+    assert _unchunk(bytes(connection.wire)) == b"".join(_frame(n) for n in range(3)) + DONE
+
+
+class _FailingConnection(_ThrottledConnection):
+    """A connection whose write from the producer fails once (a bug in the writer's
+    path, say): a waiting write still works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+    def write_nowait(self, data: bytes) -> int:
+        if self.direct_writes == 1 and not self.failures:
+            self.failures += 1
+            raise RuntimeError("the socket went wrong")
+        return super().write_nowait(data)
+
+
+async def test_a_failing_producer_write_is_the_readers_alone(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The producer's append never sees a reader's failure: the writer stops taking
+    and the body's task writes the rest of the stream, in order."""
+    connection = _FailingConnection()
+    connection, log, serve = _served_directly(keepalive_s=1000, connection=connection)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        for n in range(4):
+            await trio.sleep(0.01)
+            log.append(_frame(n))  # raises nothing
+        log.close()
+    assert isinstance(connection, _FailingConnection) and connection.failures == 1
+    assert connection.direct_writes == 1  # the first; then the body's task wrote
+    assert _unchunk(bytes(connection.wire)) == b"".join(_frame(n) for n in range(4)) + DONE
+    assert "writing a stream's events from its producer failed" in caplog.text
 
 
 async def test_a_direct_stream_gets_keepalives_only_when_quiet(

@@ -1,19 +1,19 @@
-"""The HTTP API: quart-trio routes over a `ResponsesService`.
+"""The HTTP API: quart-trio routes over a `ResponsesService`, behind the request
+pipeline (`pipeline.Pipeline`: request ids, CORS, keys, bodies, the access line).
 
-Errors, answers and the access line are `common`'s (shared with `create_route`,
-which serves ``POST /v1/responses`` ahead of this app). Handlers start nothing
-long-lived: they create jobs through the service and subscribe to their event
-logs.
+Errors and answers are `common`'s. Handlers start nothing long-lived: they create
+jobs through the service and subscribe to their event logs.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import time
+from functools import cached_property
 from typing import Any
 
-from quart import Response, g, request, websocket
+from hypercorn.typing import ASGIFramework
+from quart import Response, request, websocket
 from quart.ctx import RequestContext, WebsocketContext
 from quart.typing import ResponseReturnValue
 from quart_trio import QuartTrio
@@ -31,31 +31,25 @@ from .._service import ResponsesService
 from ..metrics import CONTENT_TYPE
 from .common import (
     HTTP_ERROR_CODES,
-    body_too_large,
-    body_too_slow,
     check_response_id,
     create_answer,
-    current_route,
     error_json,
     error_response,
     flag,
-    has_body,
     integer,
     json_response,
-    method_not_allowed,
-    owner_for,
     read_json,
     read_json_sized,
-    record_request,
     shown,
     sse_response,
     starting_after_param,
     wire_error,
 )
 from .conversations import add_conversation_routes
-from .cors import CorsPolicy
+from .create_route import serve_create
 from .dashboard import add_dashboard
-from .request_id import REQUEST_ID, request_id_for
+from .pipeline import Pipeline, Router
+from .request_state import caller
 from .sse import SSEBody
 from .websocket import ResponsesSocket
 
@@ -85,109 +79,35 @@ class _App(QuartTrio):
     async def make_default_options_response(self) -> Response:
         # Quart lists the methods of every route at the path, WebSocket routes too:
         # ``GET /v1/responses`` is a WebSocket upgrade, which a plain GET gets a 405 for.
-        return self.response_class("", headers={"Allow": ", ".join(self.allowed_methods())})
+        allowed = self.router.allowed(request.path)
+        return self.response_class("", headers={"Allow": ", ".join(allowed)})
 
-    def allowed_methods(self, path: str | None = None) -> list[str]:
-        """The HTTP methods the routes at ``path`` (default: the request's) take,
-        WebSocket upgrades aside: what ``OPTIONS`` and a 405's ``Allow`` say."""
-        adapter = self.url_map.bind("localhost")
-        target = request.path if path is None else path
-        allowed = []
-        for method in _METHODS:
-            try:
-                adapter.match(target, method=method, websocket=False)
-            except HTTPException:  # no route, another method, a WebSocket route
-                continue
-            allowed.append(method)
-        return [*allowed, "OPTIONS"] if allowed else []
+    @cached_property
+    def router(self) -> Router:
+        """The app's routes, for the pipeline and for ``OPTIONS``."""
+        return Router(self.url_map)
 
 
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+def create_asgi_app(service: ResponsesService) -> ASGIFramework:
+    """The whole HTTP and WebSocket API of ``service``: the request pipeline
+    (`Pipeline`) in front of the Quart app (`create_app`)."""
+    app = create_app(service)
+    return Pipeline(service, app, app.router, serve_create)
 
 
-def create_app(service: ResponsesService) -> QuartTrio:
-    """The quart-trio application serving ``service``. Our server puts
-    `create_route.CreateRoute` in front of it (`create_route.create_asgi_app`)."""
+def create_app(service: ResponsesService) -> _App:
+    """The quart-trio application of ``service``'s routes. It is served behind the
+    request pipeline (`create_asgi_app`), which authenticates, bounds bodies and
+    logs for it."""
     config = service.config
     app = _App("trio_responses")
     app.asgi_http_class = HTTPConnection
-    # Quart cuts any response (SSE included) after 60 s by default.
+    # Quart cuts any response (SSE included) after 60 s by default. The body's
+    # bounds are the pipeline's, which hands the app a body it has read whole.
     app.config["RESPONSE_TIMEOUT"] = None
-    app.config["BODY_TIMEOUT"] = config.body_timeout_s
-    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    app.config["BODY_TIMEOUT"] = None
+    app.config["MAX_CONTENT_LENGTH"] = None
     keys = tuple(key.encode() for key in config.api_keys)
-    cors = CorsPolicy.of(config.cors_allow_origins)
-
-    @app.before_request
-    async def begin_request() -> Response | None:
-        # Registered first, so it runs first: the id is set for every later hook and
-        # every log line, and a CORS preflight is answered before authentication
-        # (browsers send preflights without credentials).
-        g.started = time.perf_counter()
-        g.request_id = request_id_for(request.headers.get("X-Request-Id"))
-        REQUEST_ID.set(g.request_id)
-        if (
-            request.method == "OPTIONS"
-            and "Access-Control-Request-Method" in request.headers
-            and cors.allows(request.headers.get("Origin"))
-        ):
-            return Response(
-                b"",
-                status=204,
-                headers=cors.preflight_headers(
-                    request.headers.get("Access-Control-Request-Headers")
-                ),
-            )
-        return None
-
-    @app.before_websocket
-    async def begin_websocket() -> None:
-        # Authenticated before the upgrade: a bad key gets an HTTP 401, like a request.
-        g.request_id = request_id_for(websocket.headers.get("X-Request-Id"))
-        REQUEST_ID.set(g.request_id)
-        g.owner = None
-        if keys and websocket.path.startswith("/v1/"):
-            g.owner = owner_for(websocket.headers.get("Authorization", ""), keys)
-
-    @app.before_request
-    async def authenticate() -> None:
-        g.owner = None
-        if keys and request.path.startswith("/v1/"):
-            g.owner = owner_for(request.headers.get("Authorization", ""), keys)
-
-    @app.after_request
-    async def finish_response(response: Response) -> Response:
-        # One hook rather than one per concern: each is a call through Quart.
-        response.headers["x-request-id"] = g.request_id
-        if cors.enabled:
-            # Whether CORS headers are sent depends on Origin: caches must know.
-            response.vary.add("Origin")
-            origin = request.headers.get("Origin")
-            if origin is not None and cors.allows(origin):
-                response.headers.update(cors.response_headers(origin))
-        # A reply sent before the body was read (a 401, 404, 405 or 413, a route
-        # that takes no body): hypercorn cannot reuse the connection while the rest
-        # of the body is unread, and closes it. Say so, rather than let a keep-alive
-        # client send its next request into a closing connection.
-        if has_body() and not getattr(g, "body_read", False):
-            response.headers["Connection"] = "close"
-        log_request(response)
-        return response
-
-    def log_request(response: Response) -> None:
-        elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
-        rule = request.url_rule
-        view_args = request.view_args or {}
-        record_request(
-            metrics,
-            method=request.method,
-            route=rule.rule if rule is not None else None,
-            path=request.path,
-            status=response.status_code,
-            elapsed=elapsed,
-            response_id=view_args.get("response_id"),
-            error=getattr(g, "error", None),
-        )
 
     @app.errorhandler(ResponsesError)
     async def on_responses_error(error: ResponsesError) -> Response:
@@ -195,18 +115,10 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.errorhandler(HTTPException)
     async def on_http_error(error: HTTPException) -> Response:
+        # Routes, methods and bodies are the pipeline's (404, 405, 408, 413): what
+        # reaches here is werkzeug's own refusal of something else.
         status = error.code or 500
-        if status == 413:
-            return error_response(body_too_large(config.max_body_bytes))
-        if status == 405:
-            method, _, path = current_route().partition(" ")
-            return error_response(method_not_allowed(method, path, app.allowed_methods()))
-        if status == 408:
-            return error_response(body_too_slow(config.body_timeout_s))
-        if status == 404:
-            message = f"Unknown route: {current_route()}."
-        else:
-            message = error.description or error.name
+        message = error.description or error.name
         server_side = status >= 500
         return error_json(
             {
@@ -272,10 +184,10 @@ def create_app(service: ResponsesService) -> QuartTrio:
 
     @app.post("/v1/responses")
     async def create_response() -> Response:
-        # Our server answers this route ahead of Quart (`create_route.CreateRoute`);
-        # here it serves the app on its own, and gives OPTIONS its ``Allow``.
+        # The pipeline serves this route itself (`create_route.serve_create`), unless
+        # the app is mounted under a prefix; the route gives OPTIONS its ``Allow``.
         body, size = await read_json_sized()
-        answer = await create_answer(service, body, size=size, owner=g.owner)
+        answer = await create_answer(service, body, size=size, owner=caller())
         if isinstance(answer, SSEBody):
             return sse_response(answer)
         return json_response(answer)
@@ -285,13 +197,13 @@ def create_app(service: ResponsesService) -> QuartTrio:
     @app.post("/v1/responses/input_tokens")
     async def count_input_tokens() -> Response:
         body = await read_json()
-        count = await service.count_input_tokens(body, owner=g.owner)
+        count = await service.count_input_tokens(body, owner=caller())
         return json_response({"object": "response.input_tokens", "input_tokens": count})
 
     @app.post("/v1/responses/compact")
     async def compact_conversation() -> Response:
         body = await read_json()
-        return json_response(await service.compact(body, owner=g.owner))
+        return json_response(await service.compact(body, owner=caller()))
 
     @app.websocket("/v1/responses")
     async def responses_websocket() -> None:
@@ -299,7 +211,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
         socket = ResponsesSocket(
             service,
             websocket._get_current_object(),  # type: ignore[attr-defined]
-            owner=g.owner,
+            owner=caller(),
             wire_error=wire_error,
         )
         await socket.serve()
@@ -310,22 +222,27 @@ def create_app(service: ResponsesService) -> QuartTrio:
         if flag(request.args.get("stream"), "stream"):
             starting_after = starting_after_param()
             subscription = await service.subscribe(
-                response_id, starting_after=starting_after, owner=g.owner, background_only=True
+                response_id, starting_after=starting_after, owner=caller(), background_only=True
             )
             return sse_response(
-                SSEBody(subscription, keepalive_s=config.sse_keepalive_s, metrics=metrics)
+                SSEBody(
+                    subscription,
+                    keepalive_s=config.sse_keepalive_s,
+                    metrics=metrics,
+                    producer_writes=not config.reader_writes,
+                )
             )
-        return json_response(await service.retrieve(response_id, owner=g.owner))
+        return json_response(await service.retrieve(response_id, owner=caller()))
 
     @app.post("/v1/responses/<response_id>/cancel")
     async def cancel_response(response_id: str) -> Response:
         check_response_id(response_id)
-        return json_response(await service.cancel(response_id, owner=g.owner))
+        return json_response(await service.cancel(response_id, owner=caller()))
 
     @app.delete("/v1/responses/<response_id>")
     async def delete_response(response_id: str) -> Response:
         check_response_id(response_id)
-        return json_response(await service.delete(response_id, owner=g.owner))
+        return json_response(await service.delete(response_id, owner=caller()))
 
     @app.get("/v1/responses/<response_id>/input_items")
     async def list_input_items(response_id: str) -> Response:
@@ -339,7 +256,7 @@ def create_app(service: ResponsesService) -> QuartTrio:
         return json_response(
             await service.list_input_items(
                 response_id,
-                owner=g.owner,
+                owner=caller(),
                 after=args.get("after"),
                 limit=integer(args.get("limit", "20"), "limit"),
                 order=order,  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from quart import Response, g, has_request_context, has_websocket_context, request, websocket
+from quart import Response, has_websocket_context, request, websocket
 
 from .._exceptions import (
     AuthenticationError,
@@ -34,6 +34,7 @@ from .._service import ResponsesService
 from ..metrics import Metrics
 from ..protocol.json_body import decode_json_body
 from ..protocol.sse import encode_json
+from .request_state import note_error
 from .sse import SSEBody
 
 logger = logging.getLogger("trio_responses.api")
@@ -193,8 +194,7 @@ def current_route() -> str:
 
 
 def error_json(error: dict[str, str | None], status: int) -> Response:
-    if has_request_context() or has_websocket_context():
-        g.error = error  # for the request's log line (`record_request`)
+    note_error(error)  # for the request's log line (`record_request`)
     return Response(error_body(error), status=status, mimetype="application/json")
 
 
@@ -246,14 +246,6 @@ def check_response_id(response_id: str) -> None:
         )
 
 
-def has_body() -> bool:
-    """Whether the request came with a body (announced by its headers)."""
-    length = request.content_length
-    if length is not None:
-        return length > 0
-    return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
-
-
 async def read_json() -> Any:
     """The request's JSON body, strictly decoded (see `decode_json_body`).
 
@@ -266,7 +258,6 @@ async def read_json() -> Any:
 async def read_json_sized() -> tuple[Any, int]:
     """`read_json`, and the body's size in bytes."""
     data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    g.body_read = True
     return await offload(len(data), partial(decode_json_body, data)), len(data)
 
 
@@ -287,6 +278,7 @@ async def create_answer(
             return SSEBody(
                 handle.subscribe(),
                 keepalive_s=service.config.sse_keepalive_s,
+                producer_writes=not service.config.reader_writes,
                 on_close=handle.abandon,
                 metrics=service.metrics,
             )

@@ -2,7 +2,7 @@
 
 Thin handlers over `ResponsesService.conversations` (``_conversations.py``),
 registered by `create_app` with `add_conversation_routes`. The caller's owner
-(``g.owner``, set by authentication) scopes every operation; errors reach the
+(``caller()``, set by authentication) scopes every operation; errors reach the
 wire through the application's error handlers.
 """
 
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from quart import Response, g, request
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from .._exceptions import InvalidRequestError
 from .._service import ResponsesService
 from ..protocol.request import check_includes
 from .common import integer, json_response, read_json, shown
+from .request_state import caller
 
 
 def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
@@ -26,20 +27,20 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
     @app.post("/v1/conversations")
     async def create_conversation() -> Response:
         body = await read_json()
-        return json_response(await conversations.create(body, owner=g.owner))
+        return json_response(await conversations.create(body, owner=caller()))
 
     @app.get("/v1/conversations/<conversation_id>")
     async def retrieve_conversation(conversation_id: str) -> Response:
-        return json_response(await conversations.retrieve(conversation_id, owner=g.owner))
+        return json_response(await conversations.retrieve(conversation_id, owner=caller()))
 
     @app.post("/v1/conversations/<conversation_id>")
     async def update_conversation(conversation_id: str) -> Response:
         body = await read_json()
-        return json_response(await conversations.update(conversation_id, body, owner=g.owner))
+        return json_response(await conversations.update(conversation_id, body, owner=caller()))
 
     @app.delete("/v1/conversations/<conversation_id>")
     async def delete_conversation(conversation_id: str) -> Response:
-        return json_response(await conversations.delete(conversation_id, owner=g.owner))
+        return json_response(await conversations.delete(conversation_id, owner=caller()))
 
     @app.get("/v1/conversations/<conversation_id>/items")
     async def list_conversation_items(conversation_id: str) -> Response:
@@ -47,7 +48,7 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
         return json_response(
             await conversations.list_items(
                 conversation_id,
-                owner=g.owner,
+                owner=caller(),
                 after=args.get("after"),
                 limit=integer(args.get("limit", "20"), "limit"),
                 order=_order(args.get("order", "desc")),
@@ -59,20 +60,20 @@ def add_conversation_routes(app: QuartTrio, service: ResponsesService) -> None:
     async def create_conversation_items(conversation_id: str) -> Response:
         body = await read_json()
         return json_response(
-            await conversations.add_items(conversation_id, body, owner=g.owner, include=_include())
+            await conversations.add_items(conversation_id, body, owner=caller(), include=_include())
         )
 
     @app.get("/v1/conversations/<conversation_id>/items/<item_id>")
     async def retrieve_conversation_item(conversation_id: str, item_id: str) -> Response:
         _include()  # accepted (and checked) as OpenAI does; nothing is left out here
         return json_response(
-            await conversations.retrieve_item(conversation_id, item_id, owner=g.owner)
+            await conversations.retrieve_item(conversation_id, item_id, owner=caller())
         )
 
     @app.delete("/v1/conversations/<conversation_id>/items/<item_id>")
     async def delete_conversation_item(conversation_id: str, item_id: str) -> Response:
         return json_response(
-            await conversations.delete_item(conversation_id, item_id, owner=g.owner)
+            await conversations.delete_item(conversation_id, item_id, owner=caller())
         )
 
 

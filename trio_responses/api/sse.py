@@ -27,7 +27,8 @@ from ..background.subscription import LogSubscription, Subscription
 from ..metrics import Metrics
 from ..protocol.builder import stream_error_frame
 from ..protocol.sse import DONE, KEEPALIVE, is_terminal_frame
-from .asgi import ChunkedBody, RawWrite, response_chunked_body, response_send
+from .asgi import RawWrite, response_chunked_body, response_send
+from .direct_writes import DirectWrites
 
 _CHUNKS_PER_CHECKPOINT = 16
 """A body writing chunk after chunk without waiting yields this often."""
@@ -45,10 +46,6 @@ _TIMED_WAKE_UPS = 4
 has been woken this many times with events to write; then a task does (see
 `SSEBody._write_all`): a wait under a deadline costs a cancel scope each time."""
 
-_COUNT_BATCH = 64
-"""Events `SSEBody._take` wrote are counted in the metrics this many at a time (the
-rest when the stream ends): a counter's lock costs about as much as the write."""
-
 
 @final
 class SSEBody:
@@ -61,9 +58,8 @@ class SSEBody:
         "_last_write",
         "_metrics",
         "_on_close",
-        "_pending",
+        "_producer_writes",
         "_subscription",
-        "_uncounted",
         "_write_last",
         "_writing",
     )
@@ -75,22 +71,22 @@ class SSEBody:
         keepalive_s: float,
         on_close: Callable[[], None] | None = None,
         metrics: Metrics | None = None,
+        producer_writes: bool = False,
     ) -> None:
-        """``metrics`` counts the events sent (once per write) and lagged readers."""
+        """``metrics`` counts the events sent (once per write) and lagged readers;
+        ``producer_writes``: whether the log's producer may write this stream's
+        events (`DirectWrites`), where the connection allows."""
         self._subscription = subscription
         self._keepalive_s = keepalive_s
         self._on_close = on_close
         self._metrics = metrics
         self._finished = False
         self._last_write = 0.0
-        self._direct: ChunkedBody | None = None
+        self._producer_writes = producer_writes
+        self._direct: DirectWrites | None = None
         """Set while frames may be written straight from the producer (`_take`)."""
-        self._pending = b""
-        """The rest of a chunk `_take` could only partly write: written next."""
         self._writing = False
         """A keep-alive is being written (`_take` must not write meanwhile)."""
-        self._uncounted = 0
-        """Events `_take` wrote that the metrics do not count yet (see `_COUNT_BATCH`)."""
         self._write_last: RawWrite | None = None
         """Writes the stream's last words, if not the usual way (`ChunkedBody.write_last`)."""
 
@@ -118,8 +114,8 @@ class SSEBody:
         if body is None:
             await self._write_all(_body_writer(send))
         else:
-            if isinstance(self._subscription, LogSubscription):
-                self._direct = body
+            if self._producer_writes and isinstance(self._subscription, LogSubscription):
+                self._direct = DirectWrites(body, self._metrics)
             self._write_last = body.write_last
             await self._write_all(body.write)
 
@@ -195,11 +191,8 @@ class SSEBody:
 
     async def _write_pending(self) -> bool:
         """Write the rest of a chunk `_take` could only partly write; whether there was one."""
-        if not self._pending or self._direct is None:
-            return False
-        pending, self._pending = self._pending, b""
-        await self._direct.write_framed(pending)
-        return True
+        direct = self._direct
+        return direct is not None and await direct.write_pending()
 
     async def _keep_alive(self, write: RawWrite) -> None:
         """Write a keep-alive comment whenever nothing was written for ``keepalive_s``.
@@ -210,7 +203,7 @@ class SSEBody:
         keepalive_s = self._keepalive_s
         while True:
             now = trio.current_time()
-            if self._pending:
+            if self._direct is not None and self._direct.pending:
                 self._last_write = now
             due = self._last_write + keepalive_s
             if now < due:
@@ -230,41 +223,30 @@ class SSEBody:
             self._writing = False
 
     def _take(self, frames: list[bytes]) -> tuple[int, bool]:
-        """Write ``frames`` now, from the producer's task, if the socket takes them.
+        """Offer ``frames`` to the producer's writer (`DirectWrites.take`), from the
+        producer's task: see it for what it returns.
 
-        Returns (frames taken, keep waiting): all of them and True when they are
-        on the wire; all of them and False when only part is (the rest is
-        `_pending`, for this body's task to write); none and False when the
-        socket takes nothing now, another write is under way, the previous
-        write was less than `_DIRECT_GAP_S` ago (the body's task batches those),
-        or they end with the terminal event (the body's task writes it with the
-        stream's last words: one write).
+        Not while a keep-alive is being written, once the stream is finished, when
+        the frames end with the terminal event (the body's task writes it with the
+        stream's last words: one write), or within `_DIRECT_GAP_S` of the previous
+        write (the body's task batches those).
         """
-        body = self._direct
+        direct = self._direct
         if (
-            body is None
+            direct is None
             or self._writing
-            or self._pending
             or self._finished
             or not frames
-            or is_terminal_frame(frames[-1])  # the body's task writes it with the end
+            or is_terminal_frame(frames[-1])
         ):
             return 0, False
         now = trio.current_time()
         if now - self._last_write < _DIRECT_GAP_S:
             return 0, False
-        framed = body.frame(b"".join(frames))
-        written = body.write_nowait(framed)
-        if not written:
-            return 0, False
-        self._last_write = now
-        self._uncounted += len(frames)
-        if self._uncounted >= _COUNT_BATCH:
-            self._count_sent()
-        if written < len(framed):
-            self._pending = framed[written:]
-            return len(frames), False
-        return len(frames), True
+        taken = direct.take(frames)
+        if taken[0]:
+            self._last_write = now
+        return taken
 
     async def _next_chunk(self) -> bytes:
         """The next chunk to write: the frames queued, or the stream's last words.
@@ -308,9 +290,8 @@ class SSEBody:
         return b"".join(frames)
 
     def _count_sent(self) -> None:
-        uncounted, self._uncounted = self._uncounted, 0
-        if uncounted and self._metrics is not None:
-            self._metrics.events_sent(uncounted)
+        if self._direct is not None:
+            self._direct.count_sent()
 
     async def aclose(self) -> None:
         """Called by Quart when the response ends, normally or not.
