@@ -28,6 +28,7 @@ from typing import Any, TextIO, final
 
 from ._config import LogFormat
 from .api.request_id import REQUEST_ID
+from .protocol.errors import ErrorInfo
 
 RESPONSE_ID: ContextVar[str | None] = ContextVar("trio_responses_response_id", default=None)
 """The response a job's task (and its children) works for; None elsewhere."""
@@ -65,12 +66,11 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
-def refusal(error: dict[str, str | None]) -> str:
-    """What a log line says of an error object: its code and param, escaped (never its
+def refusal(error: ErrorInfo) -> str:
+    """What a log line says of an error: its code and param, escaped (never its
     message, which may quote the request)."""
-    code, param = error.get("code"), error.get("param")
-    shown = printable(code or "-")
-    return shown if param is None else f"{shown} (param {printable(param)})"
+    shown = printable(error.code or "-")
+    return shown if error.param is None else f"{shown} (param {printable(error.param)})"
 
 
 @final

@@ -46,6 +46,7 @@ from .background.subscription import LogSubscription, Subscription
 from .engine import Engine, open_engine
 from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
+from .protocol import errors
 from .protocol.ids import new_id
 from .protocol.json_schema import load_schema_checker
 from .protocol.request import (
@@ -509,7 +510,7 @@ class ResponsesService:
                 f"Events up to {lagged.oldest - 1} of response {response_id!r} are no longer "
                 f"retained; resume with starting_after >= {lagged.oldest - 1}.",
                 param="starting_after",
-                code="stream_expired",
+                code=errors.STREAM_EXPIRED,
             ) from None
         if subscription is not None:
             return subscription
@@ -523,7 +524,7 @@ class ResponsesService:
             f"events are kept {self.config.stream_retention_s:g} s after a response "
             "finishes. Retrieve the response without 'stream' instead.",
             param="stream",
-            code="stream_expired",
+            code=errors.STREAM_EXPIRED,
         )
 
     async def list_input_items(

@@ -208,7 +208,7 @@ async def test_recovery_of_responses_left_running(store_url: str) -> None:
         assert [record.id for record in recovered] == ["resp_dead"]
         dead = await state.store.get("resp_dead", owner=OWNER)
         assert dead is not None and dead.status == "failed"
-        assert dead.response["error"] == RESTARTED_ERROR
+        assert dead.response["error"] == RESTARTED_ERROR.response_error()
         assert await state.store.recover_interrupted() == []  # once only
 
 

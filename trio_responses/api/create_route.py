@@ -34,6 +34,7 @@ from hypercorn.typing import (
 from .._faults import faults_as_exceptions
 from .._offload import offload
 from .._service import ResponsesService
+from ..protocol.errors import ErrorInfo
 from ..protocol.json_body import decode_json_body
 from ..protocol.sse import encode_json
 from .app import create_app
@@ -144,7 +145,7 @@ class CreateRoute:
         method = scope["method"]
         body_read = False
         stream: SSEBody | None = None
-        refusal: dict[str, str | None] | None = None
+        refusal: ErrorInfo | None = None
         async with trio.open_nursery() as nursery:
             try:
                 # Authenticated first, as the app's hook does: without a key, any
@@ -251,7 +252,7 @@ class CreateRoute:
         status: int,
         *,
         routed: bool = True,
-        error: dict[str, str | None] | None = None,
+        error: ErrorInfo | None = None,
     ) -> None:
         """The request's metrics and log line (``routed``: whether it matched a
         route, method included; ``error``: the error object it was answered with)."""

@@ -49,7 +49,9 @@ from .._prepare import PreparedRequest
 from .._runner import ResponseHandle
 from .._service import ResponsesService
 from ..background.event_log import SubscriberLagged
+from ..protocol import errors
 from ..protocol.builder import ResponseBuilder, request_echo
+from ..protocol.errors import ErrorInfo
 from ..protocol.ids import new_id
 from ..protocol.json_body import decode_json_body
 from ..protocol.sse import is_terminal_frame
@@ -60,8 +62,8 @@ logger = logging.getLogger("trio_responses.api")
 CACHED_RESPONSES = 8
 """Finished responses a connection keeps for ``previous_response_id`` (the newest)."""
 
-WireError = Callable[[Exception], tuple[dict[str, str | None], int]]
-"""The error object and HTTP status of an error (`api.common.wire_error`)."""
+WireError = Callable[[Exception], tuple[ErrorInfo, int]]
+"""The `ErrorInfo` and HTTP status of an error (`api.common.wire_error`)."""
 
 _DATA = b"\ndata: "
 
@@ -181,7 +183,7 @@ class ResponsesSocket:
                     raise ServerError(
                         f"The events of response {handle.id!r} could not be sent: {lagged}. "
                         "The response was cancelled.",
-                        code="stream_lagged",
+                        code=errors.STREAM_LAGGED,
                     ) from None
                 if not frames:
                     return
@@ -262,12 +264,13 @@ class ResponsesSocket:
             refusal(detail),
             extra={
                 "status": status,
-                "error_code": detail.get("code"),
-                "param": detail.get("param"),
+                "error_code": detail.code,
+                "param": detail.param,
             },
         )
         text = json.dumps(
-            {"type": "error", "status": status, "error": detail}, separators=(",", ":")
+            {"type": "error", "status": status, "error": detail.error_object()},
+            separators=(",", ":"),
         )
         async with self._send_lock:
             if release is not None:

@@ -47,6 +47,7 @@ from .._exceptions import StoreError
 from .._offload import estimated_size, offload
 from ..background.event_log import EventLog
 from ..background.subscription import Subscription
+from ..protocol import errors
 
 RUNNING_STATUSES = frozenset({"queued", "in_progress"})
 
@@ -72,10 +73,9 @@ __all__ = [
     "with_retries",
 ]
 
-RESTARTED_ERROR = {
-    "code": "server_restarted",
-    "message": "The server running this response stopped before it finished.",
-}
+RESTARTED_ERROR = errors.server_error(
+    "The server running this response stopped before it finished.", errors.SERVER_RESTARTED
+)
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class StoredResponse:
 
     def interrupted(self) -> StoredResponse:
         """This record as a response whose process died: ``failed``, ``server_restarted``."""
-        response = {**self.response, "status": "failed", "error": dict(RESTARTED_ERROR)}
+        response = {**self.response, "status": "failed", "error": RESTARTED_ERROR.response_error()}
         if response.get("usage") is None:
             response["usage"] = {
                 "input_tokens": 0,
