@@ -127,7 +127,8 @@ class JsonFormatter(logging.Formatter):
             payload["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             payload["exception"] = record.exc_text
-        # ASCII-escaped: whatever a message quotes, the line stays one line of text.
+        # Not the codec's: ASCII-escaped, so whatever a message quotes the line stays one
+        # line of text, and any other value a record holds is written as its str().
         return json.dumps(payload, default=str, separators=(",", ":"))
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from tests.support import check_stream, validate_response
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event, encode_event, split_frames
 from trio_responses.protocol.lifecycle import IllegalTransition
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event, encode_event, split_frames
 
 
 def _builder(

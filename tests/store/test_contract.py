@@ -20,8 +20,8 @@ from trio_responses import Config
 from trio_responses.background.event_log import EventLog, SubscriberLagged
 from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event
 from trio_responses.store.base import (
     RESTARTED_ERROR,
     ConversationFull,

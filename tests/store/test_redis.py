@@ -22,8 +22,8 @@ from trio_responses import Config
 from trio_responses.background.event_log import EventLog, SubscriberLagged
 from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event, is_terminal_frame
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event, is_terminal_frame
 from trio_responses.store import redis as redis_backend
 from trio_responses.store.base import State, StoredResponse, StoreError
 from trio_responses.store.redis import PREFIX, open_redis_state

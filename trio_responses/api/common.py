@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import re
 from collections.abc import Sequence
@@ -33,9 +32,9 @@ from .._offload import offload
 from .._service import ResponsesService
 from ..metrics import Metrics
 from ..protocol import errors
+from ..protocol.codec import encode_ascii_json, encode_json
 from ..protocol.errors import ErrorInfo
 from ..protocol.json_body import decode_json_body
-from ..protocol.sse import encode_json
 from .sse import SSEBody
 
 logger = logging.getLogger("trio_responses.api")
@@ -119,7 +118,7 @@ def error_body(error: ErrorInfo) -> bytes:
 
     ASCII-escaped: a message quoting a client's string stays encodable whatever it holds.
     """
-    return json.dumps({"error": error.error_object()}, separators=(",", ":")).encode()
+    return encode_ascii_json({"error": error.error_object()}).encode()
 
 
 def owner_for(header: str, keys: tuple[bytes, ...]) -> str:

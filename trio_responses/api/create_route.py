@@ -34,9 +34,9 @@ from hypercorn.typing import (
 from .._faults import faults_as_exceptions
 from .._offload import offload
 from .._service import ResponsesService
+from ..protocol.codec import encode_json
 from ..protocol.errors import ErrorInfo
 from ..protocol.json_body import decode_json_body
-from ..protocol.sse import encode_json
 from .app import create_app
 from .asgi import response_chunked_body
 from .common import (

@@ -27,7 +27,7 @@ from ..background.subscription import LogSubscription, Subscription
 from ..metrics import Metrics
 from ..protocol import errors
 from ..protocol.builder import stream_error_frame
-from ..protocol.sse import DONE, KEEPALIVE, is_terminal_frame
+from ..protocol.codec import DONE, KEEPALIVE, is_terminal_frame
 from .asgi import ChunkedBody, RawWrite, response_chunked_body, response_send
 
 _CHUNKS_PER_CHECKPOINT = 16

@@ -51,10 +51,10 @@ from .._service import ResponsesService
 from ..background.event_log import SubscriberLagged
 from ..protocol import errors
 from ..protocol.builder import ResponseBuilder, request_echo
+from ..protocol.codec import encode_ascii_json, frame_data, is_terminal_frame
 from ..protocol.errors import ErrorInfo
 from ..protocol.ids import new_id
 from ..protocol.json_body import decode_json_body
-from ..protocol.sse import is_terminal_frame
 from ..store.base import StoredResponse
 
 logger = logging.getLogger("trio_responses.api")
@@ -64,8 +64,6 @@ CACHED_RESPONSES = 8
 
 WireError = Callable[[Exception], tuple[ErrorInfo, int]]
 """The `ErrorInfo` and HTTP status of an error (`api.common.wire_error`)."""
-
-_DATA = b"\ndata: "
 
 
 @final
@@ -268,9 +266,8 @@ class ResponsesSocket:
                 "param": detail.param,
             },
         )
-        text = json.dumps(
-            {"type": "error", "status": status, "error": detail.error_object()},
-            separators=(",", ":"),
+        text = encode_ascii_json(
+            {"type": "error", "status": status, "error": detail.error_object()}
         )
         async with self._send_lock:
             if release is not None:
@@ -308,7 +305,7 @@ async def _decode(message: str | bytes | None) -> dict[str, Any]:
             code="missing_required_parameter",
         )
     if kind != "response.create":
-        shown = json.dumps(kind)
+        shown = json.dumps(kind)  # in a message: the client's value as Python's json shows it
         raise InvalidRequestError(
             f"Unsupported event type {shown[:60]}: this server accepts 'response.create' "
             "events only.",
@@ -370,5 +367,5 @@ def _on_socket(error: Exception) -> Exception:
 
 
 def _event_json(frame: bytes) -> str:
-    """The JSON of an SSE frame (`protocol.sse.encode_event`), as a text message."""
-    return frame[frame.index(_DATA) + len(_DATA) : -2].decode()
+    """The JSON of an SSE frame (`protocol.codec.encode_event`), as a text message."""
+    return frame_data(frame).decode()

@@ -31,7 +31,6 @@ matching.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 import re._parser as _re_parser  # type: ignore[import-not-found]
@@ -40,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
+
+from ..protocol.codec import encode_json
 
 MAX_DEPTH = 32
 """Deeper than this (recursive ``$ref``\\ s), optional parts are left out."""
@@ -115,7 +116,7 @@ def instance(schema: Mapping[str, Any] | bool, *, hint: Any = MISSING, text: str
 
 def dumps(value: Any) -> str:
     """Compact JSON text of ``value`` (as a constrained model writes it)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return encode_json(value)
 
 
 class _Generator:

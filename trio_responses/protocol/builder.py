@@ -17,11 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import ErrorInfo
-from .ids import new_id
-from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
-from .request import CreateRequest, FunctionTool, McpTool
-from .sse import (
+from .codec import (
     DeltaPrefix,
     delta_frame,
     delta_prefix,
@@ -29,6 +25,10 @@ from .sse import (
     encode_json,
     encode_response_event,
 )
+from .errors import ErrorInfo
+from .ids import new_id
+from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
+from .request import CreateRequest, FunctionTool, McpTool
 
 Event = dict[str, Any]
 Emit = Callable[[bytes], None]

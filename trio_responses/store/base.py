@@ -34,7 +34,6 @@ A record's size is `record_bytes`: its response and input items as compact JSON.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -48,6 +47,7 @@ from .._offload import estimated_size, offload
 from ..background.event_log import EventLog
 from ..background.subscription import Subscription
 from ..protocol import errors
+from ..protocol.codec import encode_strict_json
 
 RUNNING_STATUSES = frozenset({"queued", "in_progress"})
 
@@ -154,7 +154,7 @@ def encoded(value: Any) -> str:
             job as a store failure, not crash it).
     """
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return encode_strict_json(value)
     except (TypeError, ValueError) as error:
         raise StoreError(f"The response store cannot encode a record as JSON: {error}") from error
 

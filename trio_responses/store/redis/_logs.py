@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -18,19 +17,19 @@ from coredis.tokens import PureToken
 from ...background.event_log import EventLog, SubscriberLagged
 from ...background.subscription import ReaderSubscription, Subscription
 from ...protocol.builder import terminal_frame
-from ...protocol.sse import is_terminal_frame, split_frames
+from ...protocol.codec import decode_json, is_terminal_frame, split_frames
 from ..base import (
     CancelHandler,
     LogStatistics,
     StoredResponse,
     StoreError,
+    encoded,
 )
 from ._client import (
     _BLOCK_MS,
     _REBUILDS,
     _RETAINED_KEYS,
     _control_key,
-    _dumps,
     _entry_id,
     _io,
     _lease_key,
@@ -222,7 +221,7 @@ class RedisEventLogs:
             self._redis.append,
             keys=[_log_key(response_id), _meta_key(response_id)],
             args=[
-                _dumps(owner),
+                encoded(owner),
                 _entry_id(min_id) if min_id > 1 else "",
                 # A log whose job dies unnoticed still goes, eventually.
                 self._safety_ttl_ms,
@@ -250,7 +249,7 @@ class RedisEventLogs:
         stored_owner, written, done, head = await self._redis.call(
             self._redis.open, keys=[_log_key(response_id), _meta_key(response_id)], args=[]
         )
-        if stored_owner is None or written is None or json.loads(stored_owner) != owner:
+        if stored_owner is None or written is None or decode_json(stored_owner) != owner:
             return None
         oldest = int(head) if head is not None else int(written)
         if starting_after + 1 < oldest:

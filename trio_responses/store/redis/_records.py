@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ import trio
 
 from ..._offload import estimated_size, offload
 from ...protocol.builder import terminal_frame
+from ...protocol.codec import decode_json
 from ..base import (
     ConversationFull,
     StoredConversation,
@@ -27,7 +27,6 @@ from ._client import (
     _RETAINED_KEYS,
     PREFIX,
     _conversation_key,
-    _dumps,
     _io,
     _lease_key,
     _log_key,
@@ -61,7 +60,7 @@ def _encode_record(record: StoredResponse) -> tuple[bytes, int]:
     """The stored value of ``record`` and its size (`record_bytes`), from one encoding."""
     response = encoded(record.response).encode()
     input_items = encoded(record.input_items).encode()
-    rest = _dumps(
+    rest = encoded(
         {"owner": record.owner, "replica": record.replica, "updated_at": record.updated_at}
     ).encode()
     value = b'{"response":%s,"input_items":%s,%s' % (response, input_items, rest[1:])
@@ -75,7 +74,7 @@ async def _encode_off_loop(record: StoredResponse) -> tuple[bytes, int]:
 
 
 def _decode_record(raw: bytes) -> StoredResponse:
-    data = json.loads(raw)
+    data = decode_json(raw)
     return StoredResponse(
         response=data["response"],
         input_items=data["input_items"],
@@ -333,7 +332,7 @@ class RedisConversations:
 
     async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
         raw = await self._use(conversation_id, owner, "get")
-        return None if raw is None else StoredConversation(json.loads(raw), owner)
+        return None if raw is None else StoredConversation(decode_json(raw), owner)
 
     async def update(
         self, conversation_id: str, metadata: dict[str, str], *, owner: str | None
@@ -358,7 +357,7 @@ class RedisConversations:
             return None
         return await offload(
             sum(len(item) for item in raw if item is not None),
-            lambda: [json.loads(item) for item in raw if item is not None],
+            lambda: [decode_json(item) for item in raw if item is not None],
             lane="store",
         )
 
@@ -390,7 +389,7 @@ class RedisConversations:
         raw = await self._use(conversation_id, owner, "item", item_id)
         if not raw:
             return None
-        item: dict[str, Any] = json.loads(raw)
+        item: dict[str, Any] = decode_json(raw)
         return item
 
     async def delete_item(self, conversation_id: str, item_id: str, *, owner: str | None) -> bool:
