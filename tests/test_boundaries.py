@@ -158,3 +158,27 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
             if module not in seen:
                 seen.add(module)
                 todo.extend(graph[module])
+
+
+CODEC = PACKAGE / "protocol" / "codec.py"
+OWN_JSON = {
+    "_logging.py": "log lines: ASCII-escaped, and any value a record holds as its str()",
+    "api/websocket.py": "a client's value quoted in an error message",
+    "harmony/developer.py": "a size bound, measured as the bounds assume",
+    "engine/script.py": "the scripted model's own output text",
+}
+"""The modules that encode JSON themselves, and why (everything else uses the codec)."""
+
+
+def test_json_is_encoded_by_the_codec() -> None:
+    encoders = {"json.dumps", "json.dump", "json.JSONEncoder", "JSONEncoder"}
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        calls = {
+            ast.unparse(node.func)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call)
+        }
+        if calls & encoders and path != CODEC:
+            found.add(path.relative_to(PACKAGE).as_posix())
+    assert found == set(OWN_JSON)
