@@ -182,3 +182,18 @@ def test_json_is_encoded_by_the_codec() -> None:
         if calls & encoders and path != CODEC:
             found.add(path.relative_to(PACKAGE).as_posix())
     assert found == set(OWN_JSON)
+
+
+def test_owners_are_compared_in_one_place() -> None:
+    """Whether a caller may see what an owner owns is `Principal.may_see`'s to say;
+    the stores find things by (owner, id) instead of comparing owners."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(op, ast.Eq | ast.NotEq) for op in node.ops
+            ):
+                sides = [ast.unparse(side) for side in (node.left, *node.comparators)]
+                if any(side.split(".")[-1].endswith("owner") for side in sides):
+                    found.add(path.relative_to(PACKAGE).as_posix())
+    assert found == {"_principal.py"}

@@ -39,6 +39,7 @@ from ._faults import faults_handled
 from ._generation import PromptPlan, generate_response
 from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
+from ._principal import Principal
 from .background.event_log import EventLog
 from .background.job import Job
 from .background.recorder import Recorder
@@ -286,14 +287,14 @@ class JobRunner:
 
     # -- queries ------------------------------------------------------------------------
 
-    def get(self, response_id: str, owner: str | None, *, stored_only: bool = True) -> Job | None:
-        """The job of ``response_id`` if it runs here and ``owner`` owns it.
+    def get(self, response_id: str, who: Principal, *, stored_only: bool = True) -> Job | None:
+        """The job of ``response_id`` if it runs here and ``who`` may see it.
 
         A ``store: false`` response is nobody's to look up by id (only its creator,
         through its handle, sees it), unless ``stored_only`` is False.
         """
         job = self._running.get(response_id)
-        if job is None or job.owner != owner or (stored_only and not job.request.store):
+        if job is None or not who.may_see(job.owner) or (stored_only and not job.request.store):
             return None
         return job
 

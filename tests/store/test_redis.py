@@ -331,7 +331,7 @@ async def test_append_is_idempotent_and_finish_sets_the_retention(
         assert statistics.retained_bytes == sum(map(len, job.frames))
         assert await state.logs.expire() == 0
 
-        await state.logs.delete(job.builder.id)
+        await state.logs.delete(job.builder.id, owner=OWNER)
         assert await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1) is None
 
 
@@ -373,7 +373,7 @@ async def test_finished_logs_are_bounded_by_count_and_bytes(url: str, redis: Red
         with subscription:
             assert await subscription.receive_frames() == running.frames
 
-        await state.logs.delete("resp_4")
+        await state.logs.delete("resp_4", owner=OWNER)
         assert retained_index(redis) == ["resp_5"]
         assert int(redis.cli("GET", PREFIX + "retained:total")) == size
         assert state.logs.statistics().retained_streams == 1 + 1

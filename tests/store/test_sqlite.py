@@ -325,7 +325,7 @@ async def test_records_and_logs_survive_a_restart(db_path: str, clock: FakeClock
         assert await replay(state, "resp_1", starting_after=len(frames) - 1) == []
         assert await state.logs.open("resp_1", owner="someone-else", starting_after=-1) is None
         assert await state.logs.open("resp_2", owner=OWNER, starting_after=-1) is None
-        await state.logs.delete("resp_1")
+        await state.logs.delete("resp_1", owner=OWNER)
         assert await state.logs.open("resp_1", owner=OWNER, starting_after=-1) is None
         assert state.logs.statistics().retained_streams == 0
 

@@ -97,7 +97,7 @@ class Recorder:
                 if self._stores:
                     await self._state.store.delete(job.id, owner=job.owner)
                 if self._writes_log:
-                    await self._state.logs.delete(job.id)
+                    await self._state.logs.delete(job.id, owner=job.owner)
             except StoreError:
                 logger.warning("%s: could not remove the record of a failed create", job.id)
 

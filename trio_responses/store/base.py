@@ -1,5 +1,13 @@
 """The state layer's seams: response records, event logs, control.
 
+Every record, conversation, item and log is found by its `Key`, (owner, id): a
+lookup as one owner never finds what another owns, and says so by finding
+nothing (None, False). SQLite keys its rows so (``WHERE id = ? AND owner IS ?``);
+the memory backend keys its dicts so; Redis keys by id and keeps the owner with
+the value, which its reads check (`Principal.may_see`, as an owner). Whether a
+caller may ask as someone else (an operator) is decided above the stores, by the
+service.
+
 Three small protocols, each implemented once per backend (``memory://``,
 ``sqlite:///PATH``, ``redis://…``) and opened together by `open_state`
 (``store/open.py``) as one `State`:
@@ -51,6 +59,9 @@ from ..protocol.codec import encode_strict_json
 
 RUNNING_STATUSES = frozenset({"queued", "in_progress"})
 
+Key = tuple[str | None, str]
+"""(owner, id): what a store finds a thing by (the owner: None without API keys)."""
+
 __all__ = [
     "RESTARTED_ERROR",
     "RUNNING_STATUSES",
@@ -59,6 +70,7 @@ __all__ = [
     "ConversationFull",
     "ConversationStore",
     "EventLogStore",
+    "Key",
     "LogStatistics",
     "ResponseStore",
     "State",
@@ -401,8 +413,8 @@ class ConversationStore(Protocol):
         None: unknown conversation."""
         ...
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
-        """Release the lock if ``holder`` holds it."""
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
+        """Release the lock of ``owner``'s conversation if ``holder`` holds it."""
         ...
 
     async def expire(self) -> int:
@@ -462,8 +474,8 @@ class EventLogStore(Protocol):
         does not end with one yet (recovery of an interrupted response)."""
         ...
 
-    async def delete(self, response_id: str) -> None:
-        """Forget the log (the response was deleted)."""
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
+        """Forget the log of ``owner``'s response (the response was deleted)."""
         ...
 
     async def expire(self) -> int:

@@ -14,6 +14,7 @@ import trio
 from coredis.response.types import StreamEntry
 from coredis.tokens import PureToken
 
+from ..._principal import Principal
 from ...background.event_log import EventLog, SubscriberLagged
 from ...background.subscription import ReaderSubscription, Subscription
 from ...protocol.builder import terminal_frame
@@ -249,7 +250,9 @@ class RedisEventLogs:
         stored_owner, written, done, head = await self._redis.call(
             self._redis.open, keys=[_log_key(response_id), _meta_key(response_id)], args=[]
         )
-        if stored_owner is None or written is None or decode_json(stored_owner) != owner:
+        if stored_owner is None or written is None:
+            return None
+        if not Principal(owner).may_see(decode_json(stored_owner)):
             return None
         oldest = int(head) if head is not None else int(written)
         if starting_after + 1 < oldest:
@@ -272,7 +275,7 @@ class RedisEventLogs:
                 return
         raise StoreError(f"The event log of {record.id} keeps changing; it was not ended.")
 
-    async def delete(self, response_id: str) -> None:
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
         await self._redis.run(
             self._redis.delete_log,
             keys=[_log_key(response_id), _meta_key(response_id), *_RETAINED_KEYS],

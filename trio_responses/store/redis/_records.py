@@ -12,6 +12,7 @@ from typing import Any, final
 import trio
 
 from ..._offload import estimated_size, offload
+from ..._principal import Principal
 from ...protocol.builder import terminal_frame
 from ...protocol.codec import decode_json
 from ..base import (
@@ -153,7 +154,7 @@ class RedisStore:
         if raw is None:
             return None
         record = await offload(len(raw), partial(_decode_record, raw), lane="store")
-        return record if record.owner == owner else None
+        return record if Principal(owner).may_see(record.owner) else None
 
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
         if await self.get(response_id, owner=owner) is None:
@@ -404,7 +405,7 @@ class RedisConversations:
         reply = await self._use(conversation_id, owner, "lock", holder, _ms(lease_s))
         return None if reply is None else bool(reply)
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
         await self._redis.call(
             self._redis.conversation_unlock,
             keys=[_conversation_key(conversation_id)],

@@ -283,7 +283,7 @@ class SqliteEventLogs:
                 self._complete -= 1
                 self._complete_bytes -= row[1]
 
-    async def delete(self, response_id: str) -> None:
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
         def work() -> None:
             with self._db.transaction() as db:
                 self._drop(db, [response_id])

@@ -502,7 +502,7 @@ class SqliteConversations:
 
         return await self._db.run(work)
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
         def work() -> None:
             with self._db.transaction() as db:
                 db.execute(
