@@ -1,10 +1,12 @@
 """Log output: the classic text lines, or one JSON object per line (``--log-format json``).
 
-Every line carries the id of the HTTP request it was logged for (``request_id``,
-see `api.request_id`) and, when it concerns one response, that response's id
-(``response_id``): the job's task sets `RESPONSE_ID`, and trio copies the
-context into every task it starts, so the job's engine, tool and store lines
-carry it too.
+Every line carries the id of the HTTP request it was logged for (``request_id``:
+`REQUEST_ID`, which the request pipeline sets, see `api.request_id`) and, when it
+concerns one response, that response's id (``response_id``): the job's task sets
+`RESPONSE_ID`. Trio copies the context into every task it starts, so the job's
+engine, tool and store lines carry both too.
+
+Imports nothing of the package above it (the API layer imports this).
 
 JSON lines have ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``,
 ``request_id`` and ``response_id`` (null when none), plus the structured fields
@@ -27,8 +29,10 @@ from datetime import UTC, datetime
 from typing import Any, TextIO, final
 
 from ._config import LogFormat
-from .api.request_id import REQUEST_ID
 from .protocol.errors import ErrorInfo
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("trio_responses_request_id", default=None)
+"""The id of the HTTP request being handled in this context; None outside requests."""
 
 RESPONSE_ID: ContextVar[str | None] = ContextVar("trio_responses_response_id", default=None)
 """The response a job's task (and its children) works for; None elsewhere."""

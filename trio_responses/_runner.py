@@ -40,9 +40,9 @@ from ._generation import PromptPlan, generate_response
 from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
 from ._principal import Principal
+from ._recorder import Recorder
 from .background.event_log import EventLog
 from .background.job import Job
-from .background.recorder import Recorder
 from .background.subscription import LogSubscription, Subscription
 from .engine import Engine
 from .metrics import Metrics, ResponseTimer

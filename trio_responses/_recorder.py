@@ -26,10 +26,10 @@ from typing import final
 
 import trio
 
-from ..protocol.errors import server_error
-from ..store.base import State, StoredResponse, StoreError, with_retries
-from .event_log import SubscriberLagged
-from .job import Job
+from .background.event_log import SubscriberLagged
+from .background.job import Job
+from .protocol.errors import server_error
+from .store.base import State, StoredResponse, StoreError, with_retries
 
 logger = logging.getLogger("trio_responses.recorder")
 
