@@ -158,3 +158,102 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
             if module not in seen:
                 seen.add(module)
                 todo.extend(graph[module])
+
+
+CODEC = PACKAGE / "protocol" / "codec.py"
+OWN_JSON = {
+    "_logging.py": "log lines: ASCII-escaped, and any value a record holds as its str()",
+    "api/websocket.py": "a client's value quoted in an error message",
+    "harmony/developer.py": "a size bound, measured as the bounds assume",
+    "engine/script.py": "the scripted model's own output text",
+}
+"""The modules that encode JSON themselves, and why (everything else uses the codec)."""
+
+
+def test_json_is_encoded_by_the_codec() -> None:
+    encoders = {"json.dumps", "json.dump", "json.JSONEncoder", "JSONEncoder"}
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        calls = {
+            ast.unparse(node.func)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call)
+        }
+        if calls & encoders and path != CODEC:
+            found.add(path.relative_to(PACKAGE).as_posix())
+    assert found == set(OWN_JSON)
+
+
+def test_owners_are_compared_in_one_place() -> None:
+    """Whether a caller may see what an owner owns is `Principal.may_see`'s to say;
+    the stores find things by (owner, id) instead of comparing owners."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(op, ast.Eq | ast.NotEq) for op in node.ops
+            ):
+                sides = [ast.unparse(side) for side in (node.left, *node.comparators)]
+                if any(side.split(".")[-1].endswith("owner") for side in sides):
+                    found.add(path.relative_to(PACKAGE).as_posix())
+    assert found == {"_principal.py"}
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # Values and rules every layer uses, without I/O: the wire protocol (sans-IO), the
+    # error tree, the configuration, who asks, the built-in tools' descriptions (pure);
+    # adapters of other libraries' private parts.
+    (
+        "protocol",
+        "_exceptions",
+        "_config",
+        "_principal",
+        "tools.builtin",
+        "_raw_connection",
+        "_adapters",
+    ),
+    ("harmony",),  # requests to prompt tokens, output tokens to events (sans-IO)
+    # Helpers of every layer above: worker threads, fault boundaries, cleanup deadlines,
+    # log lines, metrics, sealing, the dashboard's static files.
+    ("_offload", "_faults", "_cleanup", "_logging", "metrics", "sealing", "dashboard"),
+    ("background",),  # a running job, its event log and its readers
+    ("engine", "tools", "store"),  # the seams: engines, tool servers, state backends
+    (  # the service: requests to jobs, their recording, queries and changes
+        "_prepare",
+        "_generation",
+        "_sealed_items",
+        "_compaction",
+        "_conversations",
+        "_recorder",
+        "_runner",
+        "_service",
+    ),
+    ("api",),  # HTTP and WebSocket
+    ("_serve", "cli", "__main__", "__init__"),  # serving, the command, the package's exports
+)
+"""The package's layers, lowest first: a module may import its own layer's and those
+below, never one above (`test_no_module_imports_a_higher_layer`). An entry names a
+module or a subpackage (all of it); the longest entry that names a module decides."""
+
+
+def _layer(module: str) -> int:
+    name = module.removeprefix(PACKAGE.name).removeprefix(".") or "__init__"
+    entries = [
+        (len(entry), layer)
+        for layer, entries in enumerate(LAYERS)
+        for entry in entries
+        if name == entry or name.startswith(entry + ".")
+    ]
+    assert entries, f"{module} is in no layer: add it to LAYERS in {__name__}"
+    return max(entries)[1]
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    graph = {_module_name(p): _runtime_imports(p, _module_name(p)) for p in PACKAGE.rglob("*.py")}
+    upward = sorted(
+        f"{module} (layer {_layer(module)}) imports {imported} (layer {_layer(imported)})"
+        for module, imports in graph.items()
+        for imported in imports
+        if _layer(imported) > _layer(module)
+    )
+    assert upward == []

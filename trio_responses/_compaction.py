@@ -23,6 +23,7 @@ from typing import Any
 from ._exceptions import InvalidRequestError, ServerError, ShuttingDownError
 from ._prepare import PreparedRequest, stored_item
 from ._sealed_items import seal_summary
+from .protocol import errors
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest, MessageItem, parse_create_request
 from .sealing import Sealer
@@ -142,7 +143,7 @@ def compacted_response(
 
 def _summary_text(response: dict[str, Any]) -> str:
     error = response.get("error") or {}
-    if error.get("code") == "server_shutdown":
+    if error.get("code") == errors.SERVER_SHUTDOWN:
         raise ShuttingDownError("The server shut down before the conversation was compacted.")
     texts = [
         str(part.get("text", ""))

@@ -278,7 +278,7 @@ class ConversationTurn:
 
     async def _unlock(self) -> None:
         try:
-            await self._store.unlock(self.conversation_id, self.response_id)
+            await self._store.unlock(self.conversation_id, self.response_id, owner=self.owner)
         except StoreError as error:
             # Its lease ends it anyway, within job_lease_s.
             logger.warning("%s: cannot release conversation lock: %s", self.response_id, error)

@@ -65,6 +65,7 @@ from .harmony.steering import (
 )
 from .harmony.translator import MalformedOutput, ToolCall, TurnTranslator
 from .metrics import Metrics, ResponseTimer, ToolKind, ToolOutcome
+from .protocol.errors import ErrorInfo, server_error
 from .protocol.request import InputItem, McpApprovalRequestItem, McpApprovalResponseItem
 from .tools.session import ToolError, ToolInfo
 from .tools.toolbox import Toolbox, tool_json
@@ -460,5 +461,5 @@ def _tool_result_tokens(call: ToolCall, output: str) -> list[int]:
     return render_tool_result(call.recipient, output, channel=channel)
 
 
-def _error(message: str) -> dict[str, str]:
-    return {"code": "server_error", "message": message}
+def _error(message: str) -> ErrorInfo:
+    return server_error(message)

@@ -1,10 +1,12 @@
 """Log output: the classic text lines, or one JSON object per line (``--log-format json``).
 
-Every line carries the id of the HTTP request it was logged for (``request_id``,
-see `api.request_id`) and, when it concerns one response, that response's id
-(``response_id``): the job's task sets `RESPONSE_ID`, and trio copies the
-context into every task it starts, so the job's engine, tool and store lines
-carry it too.
+Every line carries the id of the HTTP request it was logged for (``request_id``:
+`REQUEST_ID`, which the request pipeline sets, see `api.request_id`) and, when it
+concerns one response, that response's id (``response_id``): the job's task sets
+`RESPONSE_ID`. Trio copies the context into every task it starts, so the job's
+engine, tool and store lines carry both too.
+
+Imports nothing of the package above it (the API layer imports this).
 
 JSON lines have ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``,
 ``request_id`` and ``response_id`` (null when none), plus the structured fields
@@ -27,7 +29,10 @@ from datetime import UTC, datetime
 from typing import Any, TextIO, final
 
 from ._config import LogFormat
-from .api.request_id import REQUEST_ID
+from .protocol.errors import ErrorInfo
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("trio_responses_request_id", default=None)
+"""The id of the HTTP request being handled in this context; None outside requests."""
 
 RESPONSE_ID: ContextVar[str | None] = ContextVar("trio_responses_response_id", default=None)
 """The response a job's task (and its children) works for; None elsewhere."""
@@ -65,12 +70,11 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
-def refusal(error: dict[str, str | None]) -> str:
-    """What a log line says of an error object: its code and param, escaped (never its
+def refusal(error: ErrorInfo) -> str:
+    """What a log line says of an error: its code and param, escaped (never its
     message, which may quote the request)."""
-    code, param = error.get("code"), error.get("param")
-    shown = printable(code or "-")
-    return shown if param is None else f"{shown} (param {printable(param)})"
+    shown = printable(error.code or "-")
+    return shown if error.param is None else f"{shown} (param {printable(error.param)})"
 
 
 @final
@@ -127,7 +131,8 @@ class JsonFormatter(logging.Formatter):
             payload["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             payload["exception"] = record.exc_text
-        # ASCII-escaped: whatever a message quotes, the line stays one line of text.
+        # Not the codec's: ASCII-escaped, so whatever a message quotes the line stays one
+        # line of text, and any other value a record holds is written as its str().
         return json.dumps(payload, default=str, separators=(",", ":"))
 
 

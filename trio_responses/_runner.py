@@ -39,12 +39,14 @@ from ._faults import faults_handled
 from ._generation import PromptPlan, generate_response
 from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
+from ._principal import Principal
+from ._recorder import Recorder
 from .background.event_log import EventLog
 from .background.job import Job
-from .background.recorder import Recorder
 from .background.subscription import LogSubscription, Subscription
 from .engine import Engine
 from .metrics import Metrics, ResponseTimer
+from .protocol import errors
 from .protocol.builder import request_echo
 from .protocol.ids import new_id
 from .protocol.lifecycle import Status
@@ -58,11 +60,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("trio_responses.jobs")
 
-SHUTDOWN_ERROR = {
-    "code": "server_shutdown",
-    "message": "The server shut down before the response finished.",
-}
-_INTERNAL_ERROR = {"code": "server_error", "message": "The server had an internal error."}
+SHUTDOWN_ERROR = errors.server_error(
+    "The server shut down before the response finished.", errors.SERVER_SHUTDOWN
+)
+_INTERNAL_ERROR = errors.server_error("The server had an internal error.")
 _MAX_UNRECORDED = 10_000
 """Finished jobs kept for another try at recording them, at most (the oldest go)."""
 RECENT_JOBS = 100
@@ -130,7 +131,7 @@ async def _beside(
         if not status.reported:
             raise fault  # before it began: the job's start fails with it
         logger.error("%s: its %s failed", job.id, name, exc_info=fault)
-        job.abort(_INTERNAL_ERROR["code"], _INTERNAL_ERROR["message"])
+        job.abort(_INTERNAL_ERROR)
 
     with faults_handled(failed):
         await task(task_status=status)
@@ -139,7 +140,7 @@ async def _beside(
 def _generation_failed(job: Job, fault: BaseException) -> None:
     logger.error("%s failed with an internal error", job.id, exc_info=fault)
     if not job.finished:
-        job.finish("failed", error=dict(_INTERNAL_ERROR))
+        job.finish("failed", error=_INTERNAL_ERROR)
 
 
 @final
@@ -286,14 +287,14 @@ class JobRunner:
 
     # -- queries ------------------------------------------------------------------------
 
-    def get(self, response_id: str, owner: str | None, *, stored_only: bool = True) -> Job | None:
-        """The job of ``response_id`` if it runs here and ``owner`` owns it.
+    def get(self, response_id: str, who: Principal, *, stored_only: bool = True) -> Job | None:
+        """The job of ``response_id`` if it runs here and ``who`` may see it.
 
         A ``store: false`` response is nobody's to look up by id (only its creator,
         through its handle, sees it), unless ``stored_only`` is False.
         """
         job = self._running.get(response_id)
-        if job is None or job.owner != owner or (stored_only and not job.request.store):
+        if job is None or not who.may_see(job.owner) or (stored_only and not job.request.store):
             return None
         return job
 
@@ -443,7 +444,7 @@ class JobRunner:
                 f"may have at once ({self._key_jobs}: --max-active-jobs-per-key generating "
                 "plus --max-queued-jobs-per-key waiting). Retry once some have finished, or "
                 "cancel a background response.",
-                code="rate_limit_exceeded",
+                code=errors.RATE_LIMIT_EXCEEDED,
             )
 
     async def _check_store_share(self, job: Job, request_bytes: int | None) -> None:
@@ -472,7 +473,7 @@ class JobRunner:
             f"This response would take {size} bytes in the response store before any "
             f"output, more than {share}. Send less input, or create it with store: false.",
             param="input",
-            code="store_limit_exceeded",
+            code=errors.STORE_LIMIT_EXCEEDED,
         )
 
     @contextmanager
@@ -631,7 +632,7 @@ class JobRunner:
                         )
             finally:
                 if not job.finished:  # our own nursery is being cancelled: shutting down
-                    job.finish("failed", error=dict(SHUTDOWN_ERROR))
+                    job.finish("failed", error=SHUTDOWN_ERROR)
                 with trio.CancelScope(shield=True):
                     try:
                         await recorder.stop()
@@ -721,6 +722,6 @@ class JobRunner:
             await self.wait_idle()
         for job in list(self._running.values()):
             if job.builder.next_sequence_number:  # created; the others refuse to start
-                job.abort(SHUTDOWN_ERROR["code"], SHUTDOWN_ERROR["message"])
+                job.abort(SHUTDOWN_ERROR)
         with trio.move_on_after(self._config.cleanup_timeout_s * 3):
             await self.wait_idle()

@@ -38,6 +38,7 @@ from ._conversations import Conversations, context_ids
 from ._exceptions import InvalidRequestError, NotFoundError
 from ._offload import INLINE_BYTES, INLINE_TOKENIZED, estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
+from ._principal import Principal
 from ._runner import FinishedJob, JobRunner, ResponseHandle
 from ._sealed_items import INCLUDE_REASONING, item_opener, reasoning_sealer
 from .background.event_log import SubscriberLagged
@@ -46,6 +47,7 @@ from .background.subscription import LogSubscription, Subscription
 from .engine import Engine, open_engine
 from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
+from .protocol import errors
 from .protocol.ids import new_id
 from .protocol.json_schema import load_schema_checker
 from .protocol.request import (
@@ -163,7 +165,7 @@ class ResponsesService:
 
     def running(self, response_id: str, *, owner: str | None = None) -> ResponseHandle | None:
         """The handle of a response whose job runs in this process, if any."""
-        job = self._runner.get(response_id, owner, stored_only=False)
+        job = self._runner.get(response_id, Principal(owner), stored_only=False)
         return None if job is None else ResponseHandle.of(job)
 
     # -- operator views (every owner's responses; see api/dashboard.py) ------------------
@@ -180,16 +182,16 @@ class ResponsesService:
         """Output tokens generated in this process since start, by requested model."""
         return self._runner.output_tokens()
 
-    def _scope(self, response_id: str, owner: str | None, admin: bool) -> str | None:
-        """The owner to look ``response_id`` up as: ``owner``, or for an ``admin`` the
-        response's own owner, as this process knows it.
+    def _scope(self, response_id: str, who: Principal) -> str | None:
+        """The owner to look ``response_id`` up as in the stores: ``who``'s own, or
+        for an operator the response's own owner, as this process knows it.
 
         Raises:
-            NotFoundError: ``admin``, and the response neither runs here nor is one of
-                those that finished here last (`recent`).
+            NotFoundError: an operator, and the response neither runs here nor is one
+                of those that finished here last (`recent`).
         """
-        if not admin:
-            return owner
+        if not who.admin:
+            return who.owner
         known = self._runner.owner_of(response_id)
         if known is None:
             raise NotFoundError(
@@ -379,7 +381,7 @@ class ResponsesService:
             return []
         if local is not None and (kept := local.get(previous_id)) is not None:
             return await self._conversation(kept, owner, local)
-        running = self._runner.get(previous_id, owner)
+        running = self._runner.get(previous_id, Principal(owner))
         if running is not None:
             if not running.finished:
                 raise _previous_running(previous_id, running.status)
@@ -442,8 +444,9 @@ class ResponsesService:
             NotFoundError: unknown, deleted, not stored (``store: false``), or
                 created with another API key.
         """
-        owner = self._scope(response_id, owner, admin)
-        job = self._runner.get(response_id, owner)
+        who = Principal(owner, admin)
+        owner = self._scope(response_id, who)
+        job = self._runner.get(response_id, who)
         if job is not None and not job.done.is_set():
             return job.snapshot()
         record = await self._load(response_id, owner)
@@ -456,7 +459,7 @@ class ResponsesService:
 
         Cancellation: only the wait is cancelled, never the job.
         """
-        job = self._runner.get(response_id, owner, stored_only=False)
+        job = self._runner.get(response_id, Principal(owner), stored_only=False)
         if job is None:
             return await self.retrieve(response_id, owner=owner)
         await job.done.wait()
@@ -491,8 +494,9 @@ class ResponsesService:
             raise InvalidRequestError(
                 "'starting_after' must be a sequence number (>= 0).", param="starting_after"
             )
-        owner = self._scope(response_id, owner, admin)
-        job = self._runner.get(response_id, owner)
+        who = Principal(owner, admin)
+        owner = self._scope(response_id, who)
+        job = self._runner.get(response_id, who)
         try:
             if job is not None:
                 if background_only and not job.background:
@@ -509,7 +513,7 @@ class ResponsesService:
                 f"Events up to {lagged.oldest - 1} of response {response_id!r} are no longer "
                 f"retained; resume with starting_after >= {lagged.oldest - 1}.",
                 param="starting_after",
-                code="stream_expired",
+                code=errors.STREAM_EXPIRED,
             ) from None
         if subscription is not None:
             return subscription
@@ -523,7 +527,7 @@ class ResponsesService:
             f"events are kept {self.config.stream_retention_s:g} s after a response "
             "finishes. Retrieve the response without 'stream' instead.",
             param="stream",
-            code="stream_expired",
+            code=errors.STREAM_EXPIRED,
         )
 
     async def list_input_items(
@@ -542,7 +546,7 @@ class ResponsesService:
                 f"Invalid 'limit': {limit}. It must be between 1 and 100.", param="limit"
             )
         check_includes(include)
-        job = self._runner.get(response_id, owner)
+        job = self._runner.get(response_id, Principal(owner))
         if job is not None:
             items = job.input_items
         else:
@@ -591,8 +595,9 @@ class ResponsesService:
             InvalidRequestError: a foreground response, or one that already
                 completed, failed or ended incomplete.
         """
-        owner = self._scope(response_id, owner, admin)
-        job = self._runner.get(response_id, owner)
+        who = Principal(owner, admin)
+        owner = self._scope(response_id, who)
+        job = self._runner.get(response_id, who)
         record = None
         if job is not None:
             response = job.snapshot()
@@ -655,7 +660,7 @@ class ResponsesService:
             NotFoundError: unknown response.
             InvalidRequestError: the response is still running.
         """
-        job = self._runner.get(response_id, owner)
+        job = self._runner.get(response_id, Principal(owner))
         if job is not None:
             if not job.finished:
                 raise _cannot_delete_running(response_id, job.status)
@@ -666,7 +671,7 @@ class ResponsesService:
         if record.running:
             raise _cannot_delete_running(response_id, record.status)
         await self.state.store.delete(response_id, owner=owner)
-        await self.state.logs.delete(response_id)
+        await self.state.logs.delete(response_id, owner=owner)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 from pathlib import Path
 from typing import Any, Literal, final
@@ -31,6 +30,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ._config import Config, parse_key
 from ._exceptions import InvalidRequestError
+from .protocol.codec import decode_json, encode_json
 
 Purpose = Literal["reasoning", "compaction"]
 
@@ -90,7 +90,7 @@ class Sealer:
     def seal(self, purpose: Purpose, payload: dict[str, Any], *, owner: str | None) -> str:
         """``payload`` encrypted for ``owner`` and ``purpose``, as a text blob."""
         nonce = os.urandom(_NONCE_BYTES)
-        plain = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        plain = encode_json(payload).encode()
         sealed = self._aead.encrypt(nonce, plain, _associated(purpose, owner))
         blob = bytes([_VERSION]) + nonce + sealed
         return base64.urlsafe_b64encode(blob).rstrip(b"=").decode("ascii")
@@ -118,7 +118,7 @@ class Sealer:
             plain = self._aead.decrypt(nonce, sealed, _associated(purpose, owner))
         except InvalidTag:
             raise _refused(param) from None
-        payload = json.loads(plain)
+        payload = decode_json(plain)
         if not isinstance(payload, dict):
             raise _refused(param)
         return payload

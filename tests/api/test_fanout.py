@@ -9,7 +9,7 @@ import trio
 
 from tests.conftest import StartServer
 from tests.support import MODEL, RawSSEClient, check_stream, parse_sse
-from trio_responses.protocol.sse import KEEPALIVE
+from trio_responses.protocol.codec import KEEPALIVE
 
 READERS = 1_000
 

@@ -15,7 +15,7 @@ from trio_responses.api.asgi import ChunkedBody, response_chunked_body, response
 from trio_responses.api.sse import SSEBody
 from trio_responses.background.event_log import EventLog
 from trio_responses.background.subscription import LogSubscription
-from trio_responses.protocol.sse import DONE, KEEPALIVE, decode_event, encode_event
+from trio_responses.protocol.codec import DONE, KEEPALIVE, decode_event, encode_event
 
 
 def _frame(n: int) -> bytes:

@@ -8,7 +8,7 @@ import trio.testing
 
 from trio_responses.background.event_log import WAKE_WAVE, EventLog, SubscriberLagged
 from trio_responses.background.subscription import LogSubscription
-from trio_responses.protocol.sse import encode_event
+from trio_responses.protocol.codec import encode_event
 
 
 def _frame(n: int) -> bytes:

@@ -11,8 +11,8 @@ from tests.support import check_stream
 from trio_responses.harmony.encoding import get_encoding
 from trio_responses.harmony.translator import MalformedOutput, TurnTranslator
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event
 
 
 def _tokens(text: str) -> list[int]:

@@ -8,9 +8,18 @@ import pytest
 
 from tests.support import check_stream, validate_response
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import (
+    decode_event,
+    decode_json,
+    encode_ascii_json,
+    encode_event,
+    encode_json,
+    encode_strict_json,
+    frame_data,
+    split_frames,
+)
 from trio_responses.protocol.lifecycle import IllegalTransition
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event, encode_event, split_frames
 
 
 def _builder(
@@ -163,6 +172,19 @@ def test_sse_frame_round_trip() -> None:
     assert frame.startswith(b"event: response.output_text.delta\nid: 3\ndata: {")
     assert frame.endswith(b"\n\n") and frame.count(b"\n\n") == 1
     assert decode_event(frame) == event
+    assert frame_data(frame) == encode_json(event).encode()  # what WebSocket mode sends
+
+
+def test_json_encoders_differ_only_where_they_say() -> None:
+    value = {"text": "é\ud800", "n": [1, 2.5]}
+    assert encode_json(value) == '{"text":"é\ud800","n":[1,2.5]}'
+    assert encode_ascii_json(value) == '{"text":"\\u00e9\\ud800","n":[1,2.5]}'
+    assert encode_ascii_json(value).encode("ascii")  # sendable whatever a client's text held
+    assert decode_json(encode_ascii_json(value)) == value
+    assert encode_strict_json({"ok": 1.5}) == encode_json({"ok": 1.5})
+    assert encode_json(float("nan")) == "NaN"
+    with pytest.raises(ValueError):
+        encode_strict_json({"usage": float("inf")})
 
 
 def test_joined_frames_split_back() -> None:

@@ -20,8 +20,8 @@ from trio_responses import Config
 from trio_responses.background.event_log import EventLog, SubscriberLagged
 from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event
 from trio_responses.store.base import (
     RESTARTED_ERROR,
     ConversationFull,
@@ -208,7 +208,7 @@ async def test_recovery_of_responses_left_running(store_url: str) -> None:
         assert [record.id for record in recovered] == ["resp_dead"]
         dead = await state.store.get("resp_dead", owner=OWNER)
         assert dead is not None and dead.status == "failed"
-        assert dead.response["error"] == RESTARTED_ERROR
+        assert dead.response["error"] == RESTARTED_ERROR.response_error()
         assert await state.store.recover_interrupted() == []  # once only
 
 
@@ -368,7 +368,7 @@ async def test_logs_are_scoped_to_their_owner_and_can_be_deleted(store_url: str)
         await record_log(state, "resp_log", Produced("resp_log", deltas=3))
         assert await state.logs.open("resp_log", owner=STRANGER, starting_after=-1) is None
         assert await state.logs.open("resp_unknown", owner=OWNER, starting_after=-1) is None
-        await state.logs.delete("resp_log")
+        await state.logs.delete("resp_log", owner=OWNER)
         assert await state.logs.open("resp_log", owner=OWNER, starting_after=-1) is None
 
 
@@ -569,9 +569,11 @@ async def test_a_conversation_lock_has_one_holder_until_released_or_expired(
         assert await conversations.lock("conv_1", "resp_b", owner=OWNER, lease_s=60) is False
         assert await conversations.lock("conv_1", "resp_a", owner=OWNER, lease_s=60) is True
         assert await conversations.lock("conv_1", "resp_b", owner=STRANGER, lease_s=60) is None
-        await conversations.unlock("conv_1", "resp_b")  # not the holder: nothing changes
+        await conversations.unlock(
+            "conv_1", "resp_b", owner=OWNER
+        )  # not the holder: nothing changes
         assert await conversations.lock("conv_1", "resp_b", owner=OWNER, lease_s=60) is False
-        await conversations.unlock("conv_1", "resp_a")
+        await conversations.unlock("conv_1", "resp_a", owner=OWNER)
         assert await conversations.lock("conv_1", "resp_b", owner=OWNER, lease_s=0.05) is True
         await trio.sleep(0.2)  # the lease runs out by the store's own clock
         assert await conversations.lock("conv_1", "resp_c", owner=OWNER, lease_s=60) is True

@@ -22,8 +22,8 @@ from trio_responses import Config
 from trio_responses.background.event_log import EventLog, SubscriberLagged
 from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event, is_terminal_frame
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event, is_terminal_frame
 from trio_responses.store import redis as redis_backend
 from trio_responses.store.base import State, StoredResponse, StoreError
 from trio_responses.store.redis import PREFIX, open_redis_state
@@ -331,7 +331,7 @@ async def test_append_is_idempotent_and_finish_sets_the_retention(
         assert statistics.retained_bytes == sum(map(len, job.frames))
         assert await state.logs.expire() == 0
 
-        await state.logs.delete(job.builder.id)
+        await state.logs.delete(job.builder.id, owner=OWNER)
         assert await state.logs.open(job.builder.id, owner=OWNER, starting_after=-1) is None
 
 
@@ -373,7 +373,7 @@ async def test_finished_logs_are_bounded_by_count_and_bytes(url: str, redis: Red
         with subscription:
             assert await subscription.receive_frames() == running.frames
 
-        await state.logs.delete("resp_4")
+        await state.logs.delete("resp_4", owner=OWNER)
         assert retained_index(redis) == ["resp_5"]
         assert int(redis.cli("GET", PREFIX + "retained:total")) == size
         assert state.logs.statistics().retained_streams == 1 + 1

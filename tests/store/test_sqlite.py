@@ -24,8 +24,8 @@ from trio_responses import Config
 from trio_responses.background.event_log import EventLog, SubscriberLagged
 from trio_responses.background.subscription import Subscription
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event, is_terminal_frame
 from trio_responses.protocol.request import parse_create_request
-from trio_responses.protocol.sse import decode_event, is_terminal_frame
 from trio_responses.store.base import State, StoredResponse, StoreError
 from trio_responses.store.open import open_state
 from trio_responses.store.sqlite import open_sqlite_state
@@ -325,7 +325,7 @@ async def test_records_and_logs_survive_a_restart(db_path: str, clock: FakeClock
         assert await replay(state, "resp_1", starting_after=len(frames) - 1) == []
         assert await state.logs.open("resp_1", owner="someone-else", starting_after=-1) is None
         assert await state.logs.open("resp_2", owner=OWNER, starting_after=-1) is None
-        await state.logs.delete("resp_1")
+        await state.logs.delete("resp_1", owner=OWNER)
         assert await state.logs.open("resp_1", owner=OWNER, starting_after=-1) is None
         assert state.logs.statistics().retained_streams == 0
 

@@ -59,7 +59,7 @@ from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from .._exceptions import StartupError
-from ..api.asgi import connection_raw
+from .._raw_connection import connection_raw
 from . import Internal
 
 PINNED = ("hypercorn==0.18.0",)

@@ -29,6 +29,8 @@ from .._exceptions import (
 from .._faults import faults_as_exceptions
 from .._service import ResponsesService
 from ..metrics import CONTENT_TYPE
+from ..protocol import errors
+from ..protocol.errors import ErrorInfo
 from .common import (
     HTTP_ERROR_CODES,
     check_response_id,
@@ -119,18 +121,12 @@ def create_app(service: ResponsesService) -> _App:
         # reaches here is werkzeug's own refusal of something else.
         status = error.code or 500
         message = error.description or error.name
-        server_side = status >= 500
-        return error_json(
-            {
-                "message": message,
-                "type": "server_error" if server_side else "invalid_request_error",
-                "param": None,
-                "code": HTTP_ERROR_CODES.get(
-                    status, "server_error" if server_side else "invalid_request"
-                ),
-            },
-            status,
-        )
+        if status >= 500:
+            info = errors.server_error(message, HTTP_ERROR_CODES.get(status, errors.SERVER_ERROR))
+        else:
+            code = HTTP_ERROR_CODES.get(status, errors.INVALID_REQUEST)
+            info = ErrorInfo(errors.INVALID_REQUEST_ERROR, code, message)
+        return error_json(info, status)
 
     @app.errorhandler(Exception)
     async def on_unexpected(error: Exception) -> Response:

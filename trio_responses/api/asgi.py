@@ -29,9 +29,9 @@ others start and end through ``send``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any, Protocol, cast, final
+from typing import Any, cast, final
 
 import trio
 from hypercorn.typing import (
@@ -42,6 +42,8 @@ from hypercorn.typing import (
     Scope,
 )
 
+from .._raw_connection import RawConnection, connection_raw
+
 FINAL_SEND_TIMEOUT_S = 5.0
 
 response_send: ContextVar[ASGISendCallable | None] = ContextVar("response_send", default=None)
@@ -50,49 +52,6 @@ response_send: ContextVar[ASGISendCallable | None] = ContextVar("response_send",
 Set for the request's whole task tree; ``None`` outside a request served by
 `shield_final_send`.
 """
-
-
-RawWrite = Callable[[bytes], Awaitable[None]]
-
-
-class RawConnection(Protocol):
-    """The current connection's socket, in order with the server's own writes.
-
-    What goes through it goes on the wire as is: only a body chunk framed for
-    the protocol in use may.
-    """
-
-    async def write(self, data: bytes) -> None:
-        """Write all of ``data`` (waiting, with the server's write deadline)."""
-        ...
-
-    def write_nowait(self, data: bytes) -> int:
-        """Write what the socket takes at once; the number of bytes written.
-
-        0 when it takes nothing now, when another write is in progress, or when
-        writing fails (a waiting `write` then reports it). The caller owes the
-        rest before anything else is written to the connection.
-        """
-        ...
-
-    def start_chunked(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
-        """Start the current response, chunked, in place of its ASGI
-        ``http.response.start`` (``headers``: lower-case names, no framing headers).
-
-        Returns the head, for the caller to write before the first chunk; None,
-        changing nothing, when the response cannot start this way (send the ASGI
-        message instead).
-        """
-        ...
-
-    async def end_chunked(self, last: bytes) -> None:
-        """End the response `start_chunked` began, in place of its final ASGI body
-        message: write ``last`` (framed chunks, or nothing) and the end of the body."""
-        ...
-
-
-connection_raw: ContextVar[RawConnection | None] = ContextVar("connection_raw", default=None)
-"""Set by the server for each plain TCP connection it serves (`trio_responses._serve`)."""
 
 
 @final

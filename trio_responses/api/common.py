@@ -2,15 +2,14 @@
 access log line and metrics, and the answer to a create (the app's route and
 `create_route` both serve ``POST /v1/responses``).
 
-Every error becomes OpenAI JSON (``{"error": {message, type, param, code}}``) here,
-in `wire_error` and `error_body`; WebSocket mode uses them too.
+Every error becomes OpenAI JSON (``{"error": {message, type, param, code}}``) here:
+`wire_error` gives its `ErrorInfo`, `error_body` its JSON; WebSocket mode uses them too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import re
 from collections.abc import Sequence
@@ -32,8 +31,10 @@ from .._logging import RESPONSE_ID, printable, refusal
 from .._offload import offload
 from .._service import ResponsesService
 from ..metrics import Metrics
+from ..protocol import errors
+from ..protocol.codec import encode_ascii_json, encode_json
+from ..protocol.errors import ErrorInfo
 from ..protocol.json_body import decode_json_body
-from ..protocol.sse import encode_json
 from .request_state import note_error
 from .sse import SSEBody
 
@@ -49,9 +50,9 @@ _RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 nothing, and never reaches a store (where it could collide with other keys)."""
 
 HTTP_ERROR_CODES = {
-    404: "not_found",
-    415: "unsupported_media_type",
-    431: "request_header_fields_too_large",
+    404: errors.NOT_FOUND,
+    415: errors.UNSUPPORTED_MEDIA_TYPE,
+    431: errors.REQUEST_HEADER_FIELDS_TOO_LARGE,
 }
 
 
@@ -71,17 +72,13 @@ def error_response(error: ResponsesError) -> Response:
     return response
 
 
-_INTERNAL_ERROR: dict[str, str | None] = {
-    "message": "The server had an internal error while processing your request. It has been "
-    "logged.",
-    "type": "server_error",
-    "param": None,
-    "code": "server_error",
-}
+_INTERNAL_ERROR = errors.server_error(
+    "The server had an internal error while processing your request. It has been logged."
+)
 
 
-def wire_error(error: Exception, *, where: str | None = None) -> tuple[dict[str, str | None], int]:
-    """The OpenAI ``error`` object and HTTP status of ``error``, for every transport
+def wire_error(error: Exception, *, where: str | None = None) -> tuple[ErrorInfo, int]:
+    """The `ErrorInfo` and HTTP status of ``error``, for every transport
     (JSON bodies here and in `create_route`, ``error`` events in WebSocket mode).
 
     An error that is not a `ResponsesError` is a bug: it is logged (with ``where``,
@@ -89,9 +86,9 @@ def wire_error(error: Exception, *, where: str | None = None) -> tuple[dict[str,
     generic 500 without details.
     """
     if isinstance(error, ResponsesError):
-        return error.to_error_object(), error.status_hint
+        return error.info, error.status_hint
     logger.error("unhandled error on %s", where or current_route(), exc_info=error)
-    return dict(_INTERNAL_ERROR), 500
+    return _INTERNAL_ERROR, 500
 
 
 def body_too_large(max_body_bytes: int) -> RequestTooLargeError:
@@ -117,12 +114,12 @@ def method_not_allowed(method: str, path: str, allow: Sequence[str]) -> MethodNo
     return error
 
 
-def error_body(error: dict[str, str | None]) -> bytes:
+def error_body(error: ErrorInfo) -> bytes:
     """The JSON body of an error response.
 
     ASCII-escaped: a message quoting a client's string stays encodable whatever it holds.
     """
-    return json.dumps({"error": error}, separators=(",", ":")).encode()
+    return encode_ascii_json({"error": error.error_object()}).encode()
 
 
 def owner_for(header: str, keys: tuple[bytes, ...]) -> str:
@@ -151,7 +148,7 @@ def record_request(
     status: int,
     elapsed: float,
     response_id: str | None = None,
-    error: dict[str, str | None] | None = None,
+    error: ErrorInfo | None = None,
 ) -> None:
     """One answered request in the metrics and, at INFO, its log line. ``route``: the
     matched route template (None: no route); ``response_id``: the one the path names
@@ -164,7 +161,7 @@ def record_request(
     code = param = None
     said = ""
     if error is not None:
-        code, param = error.get("code"), error.get("param")
+        code, param = error.code, error.param
         said = " " + refusal(error)
     logger.info(
         "%s %s -> %s%s (%.1f ms)",
@@ -193,7 +190,7 @@ def current_route() -> str:
     return f"{request.method} {request.path}"
 
 
-def error_json(error: dict[str, str | None], status: int) -> Response:
+def error_json(error: ErrorInfo, status: int) -> Response:
     note_error(error)  # for the request's log line (`record_request`)
     return Response(error_body(error), status=status, mimetype="application/json")
 

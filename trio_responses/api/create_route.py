@@ -19,8 +19,8 @@ from hypercorn.typing import ASGIReceiveCallable
 from .._faults import faults_as_exceptions
 from .._offload import offload
 from .._service import ResponsesService
+from ..protocol.codec import encode_json
 from ..protocol.json_body import decode_json_body
-from ..protocol.sse import encode_json
 from .asgi import response_chunked_body
 from .common import SSE_HEADERS, create_answer
 from .pipeline import Answer

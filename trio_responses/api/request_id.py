@@ -1,8 +1,9 @@
 """Request ids: one per HTTP request, sent back as ``x-request-id`` and put on its log lines.
 
-The id lives in a context variable set when the request begins. Trio copies the
-context into every task a task starts, so the job a request creates (its engine
-and tool work, its log lines) carries the id of the request that created it.
+The id lives in a context variable (`_logging.REQUEST_ID`, where log lines read it)
+set when the request begins. Trio copies the context into every task a task
+starts, so the job a request creates (its engine and tool work, its log lines)
+carries the id of the request that created it.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-from contextvars import ContextVar
 
-REQUEST_ID: ContextVar[str | None] = ContextVar("trio_responses_request_id", default=None)
-"""The id of the request being handled in this context; None outside requests."""
+from .._logging import REQUEST_ID as REQUEST_ID
 
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 """What a client's own ``X-Request-Id`` may look like to be kept: short, and nothing

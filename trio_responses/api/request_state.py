@@ -10,6 +10,8 @@ import time
 from contextvars import ContextVar
 from typing import final
 
+from ..protocol.errors import ErrorInfo
+
 
 @final
 class RequestState:
@@ -38,7 +40,7 @@ class RequestState:
         """The matched route's template (None: no route matched)."""
         self.response_id: str | None = None
         """The response the path names, if any."""
-        self.error: dict[str, str | None] | None = None
+        self.error: ErrorInfo | None = None
         """The error object the request was answered with, for its log line."""
         self.body_read = False
 
@@ -68,7 +70,7 @@ def caller() -> str | None:
     return current_request().owner
 
 
-def note_error(error: dict[str, str | None]) -> None:
+def note_error(error: ErrorInfo) -> None:
     """Record ``error`` as what the current request was answered with (for its
     log line), when there is a current request."""
     state = _current.get()

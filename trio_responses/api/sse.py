@@ -22,12 +22,14 @@ import trio
 from hypercorn.typing import ASGISendCallable
 
 from .._exceptions import StoreError
+from .._raw_connection import RawWrite
 from ..background.event_log import SubscriberLagged
 from ..background.subscription import LogSubscription, Subscription
 from ..metrics import Metrics
+from ..protocol import errors
 from ..protocol.builder import stream_error_frame
-from ..protocol.sse import DONE, KEEPALIVE, is_terminal_frame
-from .asgi import RawWrite, response_chunked_body, response_send
+from ..protocol.codec import DONE, KEEPALIVE, is_terminal_frame
+from .asgi import response_chunked_body, response_send
 from .direct_writes import DirectWrites
 
 _CHUNKS_PER_CHECKPOINT = 16
@@ -269,7 +271,8 @@ class SSEBody:
                 f"This stream was closed because {lagged}. Resume with "
                 f"starting_after={lagged.wanted - 1} while the events are retained."
             )
-            return stream_error_frame(lagged.wanted, "stream_lagged", message) + DONE
+            error = errors.server_error(message, errors.STREAM_LAGGED)
+            return stream_error_frame(lagged.wanted, error) + DONE
         except StoreError as failure:
             # The backend holding this log failed mid-stream: end it with a reason.
             self._finished = True
@@ -278,7 +281,8 @@ class SSEBody:
                 f"This stream was interrupted: {failure.message} Resume with "
                 f"starting_after={cursor}."
             )
-            return stream_error_frame(cursor + 1, "store_unavailable", message) + DONE
+            error = errors.server_error(message, errors.STORE_UNAVAILABLE)
+            return stream_error_frame(cursor + 1, error) + DONE
         if not frames:
             self._finished = True
             return DONE

@@ -49,10 +49,12 @@ from .._prepare import PreparedRequest
 from .._runner import ResponseHandle
 from .._service import ResponsesService
 from ..background.event_log import SubscriberLagged
+from ..protocol import errors
 from ..protocol.builder import ResponseBuilder, request_echo
+from ..protocol.codec import encode_ascii_json, frame_data, is_terminal_frame
+from ..protocol.errors import ErrorInfo
 from ..protocol.ids import new_id
 from ..protocol.json_body import decode_json_body
-from ..protocol.sse import is_terminal_frame
 from ..store.base import StoredResponse
 
 logger = logging.getLogger("trio_responses.api")
@@ -60,10 +62,8 @@ logger = logging.getLogger("trio_responses.api")
 CACHED_RESPONSES = 8
 """Finished responses a connection keeps for ``previous_response_id`` (the newest)."""
 
-WireError = Callable[[Exception], tuple[dict[str, str | None], int]]
-"""The error object and HTTP status of an error (`api.common.wire_error`)."""
-
-_DATA = b"\ndata: "
+WireError = Callable[[Exception], tuple[ErrorInfo, int]]
+"""The `ErrorInfo` and HTTP status of an error (`api.common.wire_error`)."""
 
 
 @final
@@ -181,7 +181,7 @@ class ResponsesSocket:
                     raise ServerError(
                         f"The events of response {handle.id!r} could not be sent: {lagged}. "
                         "The response was cancelled.",
-                        code="stream_lagged",
+                        code=errors.STREAM_LAGGED,
                     ) from None
                 if not frames:
                     return
@@ -262,12 +262,12 @@ class ResponsesSocket:
             refusal(detail),
             extra={
                 "status": status,
-                "error_code": detail.get("code"),
-                "param": detail.get("param"),
+                "error_code": detail.code,
+                "param": detail.param,
             },
         )
-        text = json.dumps(
-            {"type": "error", "status": status, "error": detail}, separators=(",", ":")
+        text = encode_ascii_json(
+            {"type": "error", "status": status, "error": detail.error_object()}
         )
         async with self._send_lock:
             if release is not None:
@@ -305,7 +305,7 @@ async def _decode(message: str | bytes | None) -> dict[str, Any]:
             code="missing_required_parameter",
         )
     if kind != "response.create":
-        shown = json.dumps(kind)
+        shown = json.dumps(kind)  # in a message: the client's value as Python's json shows it
         raise InvalidRequestError(
             f"Unsupported event type {shown[:60]}: this server accepts 'response.create' "
             "events only.",
@@ -367,5 +367,5 @@ def _on_socket(error: Exception) -> Exception:
 
 
 def _event_json(frame: bytes) -> str:
-    """The JSON of an SSE frame (`protocol.sse.encode_event`), as a text message."""
-    return frame[frame.index(_DATA) + len(_DATA) : -2].decode()
+    """The JSON of an SSE frame (`protocol.codec.encode_event`), as a text message."""
+    return frame_data(frame).decode()

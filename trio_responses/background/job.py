@@ -18,6 +18,7 @@ from typing import Any, Protocol, final
 import trio
 
 from ..protocol.builder import ResponseBuilder
+from ..protocol.errors import ErrorInfo
 from ..protocol.lifecycle import Status
 from ..protocol.request import CreateRequest
 from .event_log import EventLog
@@ -122,7 +123,7 @@ class Job:
         self,
         status: Status,
         *,
-        error: dict[str, Any] | None = None,
+        error: ErrorInfo | None = None,
         incomplete_reason: str | None = None,
     ) -> None:
         """Emit the terminal event and close the log (readers end right after it).
@@ -147,8 +148,8 @@ class Job:
             self.finish("cancelled")
         self.cancel_scope.cancel()
 
-    def abort(self, code: str, message: str) -> None:
-        """End the response ``failed`` with ``code`` and stop its task (shutdown)."""
+    def abort(self, error: ErrorInfo) -> None:
+        """End the response ``failed`` with ``error`` and stop its task (shutdown)."""
         if not self.finished:
-            self.finish("failed", error={"code": code, "message": message})
+            self.finish("failed", error=error)
         self.cancel_scope.cancel()

@@ -1,7 +1,7 @@
 """Keeps the event logs of finished background responses for replay, within limits.
 
-Only what a reader needs is kept: the ring of encoded frames and the key that
-owns it (never the job, its prompt or its request). A finished log stays here
+Only what a reader needs is kept: the ring of encoded frames, under its key
+(owner, response id), never the job, its prompt or its request. A finished log stays here
 until ``retention_s`` after it finished, or until it is the oldest and keeping
 it would exceed ``max_streams`` logs or ``max_bytes`` bytes of frames in total.
 Whatever is dropped can no longer be streamed again (``GET ?stream=true``
@@ -21,7 +21,8 @@ from .event_log import EventLog
 
 @final
 class StreamRetention:
-    """Finished background logs by response id, oldest first. Not thread-safe; never blocks."""
+    """Finished background logs by (owner, response id), oldest first. Not thread-safe;
+    never blocks."""
 
     def __init__(
         self,
@@ -35,7 +36,7 @@ class StreamRetention:
         self._max_bytes = max_bytes
         self._retention_s = retention_s
         self._clock = clock
-        self._logs: OrderedDict[str, tuple[float, EventLog, str | None]] = OrderedDict()
+        self._logs: OrderedDict[tuple[str | None, str], tuple[float, EventLog]] = OrderedDict()
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -44,7 +45,7 @@ class StreamRetention:
     @property
     def subscribers(self) -> int:
         """Open subscriptions on the retained logs."""
-        return sum(log.subscribers for _, log, _ in self._logs.values())
+        return sum(log.subscribers for _, log in self._logs.values())
 
     @property
     def retained_bytes(self) -> int:
@@ -52,11 +53,12 @@ class StreamRetention:
         return self._bytes
 
     def add(self, response_id: str, log: EventLog, owner: str | None) -> None:
-        """Keep ``log``; may drop the oldest ones to stay within limits."""
+        """Keep ``log`` of ``owner``'s response; may drop the oldest ones to stay within
+        limits."""
         if self._retention_s <= 0:
             return
-        self.discard(response_id)
-        self._logs[response_id] = (self._clock() + self._retention_s, log, owner)
+        self.discard(response_id, owner)
+        self._logs[owner, response_id] = (self._clock() + self._retention_s, log)
         self._bytes += log.retained_bytes
         while len(self._logs) > self._max_streams or (
             self._bytes > self._max_bytes and len(self._logs) > 1
@@ -64,18 +66,18 @@ class StreamRetention:
             self._pop_oldest()
 
     def get(self, response_id: str, owner: str | None) -> EventLog | None:
-        """The retained log of ``response_id`` if ``owner`` owns it."""
-        entry = self._logs.get(response_id)
+        """The retained log of ``owner``'s response ``response_id``."""
+        entry = self._logs.get((owner, response_id))
         if entry is None:
             return None
-        expires_at, log, log_owner = entry
+        expires_at, log = entry
         if expires_at <= self._clock():
-            self.discard(response_id)
+            self.discard(response_id, owner)
             return None
-        return log if log_owner == owner else None
+        return log
 
-    def discard(self, response_id: str) -> None:
-        entry = self._logs.pop(response_id, None)
+    def discard(self, response_id: str, owner: str | None) -> None:
+        entry = self._logs.pop((owner, response_id), None)
         if entry is not None:
             self._bytes -= entry[1].retained_bytes
 
@@ -84,7 +86,7 @@ class StreamRetention:
         now = self._clock()
         expired = 0
         while self._logs:
-            expires_at, _, _ = next(iter(self._logs.values()))
+            expires_at, _ = next(iter(self._logs.values()))
             if expires_at > now:
                 break
             self._pop_oldest()
@@ -92,5 +94,5 @@ class StreamRetention:
         return expired
 
     def _pop_oldest(self) -> None:
-        _, (_, log, _) = self._logs.popitem(last=False)
+        _, (_, log) = self._logs.popitem(last=False)
         self._bytes -= log.retained_bytes

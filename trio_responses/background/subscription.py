@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, final
 
-from ..protocol.sse import decode_event, is_terminal_frame
+from ..protocol.codec import decode_event, is_terminal_frame
 from .event_log import EventLog, SubscriberLagged
 
 

@@ -31,7 +31,6 @@ matching.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 import time
@@ -41,6 +40,7 @@ from typing import Any
 import regex  # type: ignore[import-untyped]
 
 from .._adapters import sre
+from ..protocol.codec import encode_json
 
 MAX_DEPTH = 32
 """Deeper than this (recursive ``$ref``\\ s), optional parts are left out."""
@@ -116,7 +116,7 @@ def instance(schema: Mapping[str, Any] | bool, *, hint: Any = MISSING, text: str
 
 def dumps(value: Any) -> str:
     """Compact JSON text of ``value`` (as a constrained model writes it)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return encode_json(value)
 
 
 class _Generator:

@@ -173,6 +173,7 @@ def _markers(serialized: str) -> Iterator[str]:
 
 
 def _size(tool: ToolDescription) -> int:
+    # A size bound, not a body: measured as Python's json writes it (what the bounds assume).
     parameters = json.dumps(tool.parameters) if tool.parameters is not None else ""
     return len(tool.name) + len(tool.description) + len(parameters)
 

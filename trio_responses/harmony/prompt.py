@@ -8,7 +8,6 @@ Fitting it into the context window (``truncation``) is `fit.render_request_promp
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from openai_harmony import (
 )
 
 from .._exceptions import InvalidRequestError
+from ..protocol.codec import encode_ascii_json
 from ..protocol.request import (
     CodeInterpreterCallItem,
     CreateRequest,
@@ -172,7 +172,8 @@ def _developer_content(
         described = f"// {text_format.description}\n" if text_format.description else ""
         instructions.append(
             f"# Response Formats\n\n## {text_format.name}\n\n{described}"
-            + json.dumps(text_format.schema_, separators=(",", ":"))
+            # ASCII-escaped: the prompt's tokens (and what a cache holds) depend on it.
+            + encode_ascii_json(text_format.schema_)
         )
     elif isinstance(text_format, FormatJsonObject):
         instructions.append("Answer with a single JSON object.")

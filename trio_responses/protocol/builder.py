@@ -17,10 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .ids import new_id
-from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
-from .request import CreateRequest, FunctionTool, McpTool
-from .sse import (
+from .codec import (
     DeltaPrefix,
     delta_frame,
     delta_prefix,
@@ -28,6 +25,10 @@ from .sse import (
     encode_json,
     encode_response_event,
 )
+from .errors import ErrorInfo
+from .ids import new_id
+from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
+from .request import CreateRequest, FunctionTool, McpTool
 
 Event = dict[str, Any]
 Emit = Callable[[bytes], None]
@@ -269,10 +270,11 @@ class ResponseBuilder:
         status: Status,
         *,
         now: int,
-        error: dict[str, Any] | None = None,
+        error: ErrorInfo | None = None,
         incomplete_reason: str | None = None,
     ) -> None:
-        """Close any open item and emit the terminal event for ``status``.
+        """Close any open item and emit the terminal event for ``status``; ``error``
+        (a ``failed`` one's) becomes the Response's ``error`` field.
 
         ``now`` is Unix time in whole seconds, like ``created_at``: the API's
         timestamps are integers.
@@ -284,7 +286,7 @@ class ResponseBuilder:
                 None, error="The response ended before the tools were listed."
             )
         self._transition(status)
-        self.error = error
+        self.error = None if error is None else error.response_error()
         self.incomplete_reason = incomplete_reason
         if status == "completed":
             self.completed_at = now
@@ -654,14 +656,14 @@ def terminal_frame(response: dict[str, Any], sequence_number: int) -> bytes:
     )
 
 
-def stream_error_frame(sequence_number: int, code: str, message: str) -> bytes:
+def stream_error_frame(sequence_number: int, error: ErrorInfo) -> bytes:
     """An ``error`` event that ends one reader's stream (not the response's log)."""
     return encode_event(
         {
             "type": "error",
             "sequence_number": sequence_number,
-            "code": code,
-            "message": message,
-            "param": None,
+            "code": error.code,
+            "message": error.message,
+            "param": error.param,
         }
     )

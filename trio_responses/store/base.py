@@ -1,5 +1,13 @@
 """The state layer's seams: response records, event logs, control.
 
+Every record, conversation, item and log is found by its `Key`, (owner, id): a
+lookup as one owner never finds what another owns, and says so by finding
+nothing (None, False). SQLite keys its rows so (``WHERE id = ? AND owner IS ?``);
+the memory backend keys its dicts so; Redis keys by id and keeps the owner with
+the value, which its reads check (`Principal.may_see`, as an owner). Whether a
+caller may ask as someone else (an operator) is decided above the stores, by the
+service.
+
 Three small protocols, each implemented once per backend (``memory://``,
 ``sqlite:///PATH``, ``redis://…``) and opened together by `open_state`
 (``store/open.py``) as one `State`:
@@ -34,7 +42,6 @@ A record's size is `record_bytes`: its response and input items as compact JSON.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -47,8 +54,13 @@ from .._exceptions import StoreError
 from .._offload import estimated_size, offload
 from ..background.event_log import EventLog
 from ..background.subscription import Subscription
+from ..protocol import errors
+from ..protocol.codec import encode_strict_json
 
 RUNNING_STATUSES = frozenset({"queued", "in_progress"})
+
+Key = tuple[str | None, str]
+"""(owner, id): what a store finds a thing by (the owner: None without API keys)."""
 
 __all__ = [
     "RESTARTED_ERROR",
@@ -58,6 +70,7 @@ __all__ = [
     "ConversationFull",
     "ConversationStore",
     "EventLogStore",
+    "Key",
     "LogStatistics",
     "ResponseStore",
     "State",
@@ -72,10 +85,9 @@ __all__ = [
     "with_retries",
 ]
 
-RESTARTED_ERROR = {
-    "code": "server_restarted",
-    "message": "The server running this response stopped before it finished.",
-}
+RESTARTED_ERROR = errors.server_error(
+    "The server running this response stopped before it finished.", errors.SERVER_RESTARTED
+)
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,7 @@ class StoredResponse:
 
     def interrupted(self) -> StoredResponse:
         """This record as a response whose process died: ``failed``, ``server_restarted``."""
-        response = {**self.response, "status": "failed", "error": dict(RESTARTED_ERROR)}
+        response = {**self.response, "status": "failed", "error": RESTARTED_ERROR.response_error()}
         if response.get("usage") is None:
             response["usage"] = {
                 "input_tokens": 0,
@@ -154,7 +166,7 @@ def encoded(value: Any) -> str:
             job as a store failure, not crash it).
     """
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return encode_strict_json(value)
     except (TypeError, ValueError) as error:
         raise StoreError(f"The response store cannot encode a record as JSON: {error}") from error
 
@@ -401,8 +413,8 @@ class ConversationStore(Protocol):
         None: unknown conversation."""
         ...
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
-        """Release the lock if ``holder`` holds it."""
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
+        """Release the lock of ``owner``'s conversation if ``holder`` holds it."""
         ...
 
     async def expire(self) -> int:
@@ -462,8 +474,8 @@ class EventLogStore(Protocol):
         does not end with one yet (recovery of an interrupted response)."""
         ...
 
-    async def delete(self, response_id: str) -> None:
-        """Forget the log (the response was deleted)."""
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
+        """Forget the log of ``owner``'s response (the response was deleted)."""
         ...
 
     async def expire(self) -> int:

@@ -1,5 +1,8 @@
 """``memory://``: the state layer inside this process (the default).
 
+Everything is keyed by (owner, id) (`Key`): a lookup as one owner never finds
+another's record, conversation or item.
+
 - `MemoryStore`: records in a dict, LRU over finished ones, bounded by count
   and bytes per tenant (`StoreLimits`), with a time to live. Running records are
   never evicted.
@@ -31,6 +34,7 @@ from ..background.subscription import LogSubscription, Subscription
 from .base import (
     CancelHandler,
     ConversationFull,
+    Key,
     LogStatistics,
     State,
     StoredConversation,
@@ -48,22 +52,17 @@ class _Share:
 
     def __init__(self, tenant: str | None) -> None:
         self.tenant = tenant
-        self.records: OrderedDict[str, tuple[float, StoredResponse, int]] = OrderedDict()
-        """Response id -> (expiry time, record, size)."""
+        self.records: OrderedDict[Key, tuple[float, StoredResponse, int]] = OrderedDict()
+        """(owner, response id) -> (expiry time, record, size)."""
         self.bytes = 0
 
-    def add(self, record: StoredResponse, expires_at: float, size: int) -> None:
-        self.records[record.id] = (expires_at, record, size)
+    def add(self, key: Key, record: StoredResponse, expires_at: float, size: int) -> None:
+        self.records[key] = (expires_at, record, size)
         self.bytes += size
 
-    def remove(self, response_id: str) -> None:
-        _, _, size = self.records.pop(response_id)
+    def remove(self, key: Key) -> None:
+        _, _, size = self.records.pop(key)
         self.bytes -= size
-
-    def pop_oldest(self) -> str:
-        response_id, (_, _, size) = self.records.popitem(last=False)
-        self.bytes -= size
-        return response_id
 
 
 @final
@@ -85,11 +84,12 @@ class MemoryStore:
         self._clock = clock
         self._shares: dict[str | None, _Share] = {}
         """Finished records by tenant (a tenant without any has no entry)."""
-        self._finished: dict[str, _Share] = {}
+        self._finished: dict[Key, _Share] = {}
         """The share holding each finished record."""
-        self._running: dict[str, StoredResponse] = {}
-        self._items: dict[str, dict[str, None]] = {}
-        """Item id -> the finished records holding it (oldest first): `find_item`."""
+        self._running: dict[Key, StoredResponse] = {}
+        self._items: dict[Key, dict[str, None]] = {}
+        """(owner, item id) -> the owner's finished records holding it (oldest first):
+        `find_item`."""
 
     def __len__(self) -> int:
         return len(self._finished) + len(self._running)
@@ -97,7 +97,7 @@ class MemoryStore:
     async def put(self, record: StoredResponse) -> None:
         await trio.lowlevel.checkpoint()
         size = 0 if record.running else await measure_record(record)
-        key = record.id
+        key = (record.owner, record.id)
         self._forget(key)
         if record.running:
             self._running[key] = record
@@ -106,36 +106,34 @@ class MemoryStore:
         share = self._shares.get(tenant)
         if share is None:
             share = self._shares[tenant] = _Share(tenant)
-        share.add(record, self._clock() + self._ttl, size)
+        share.add(key, record, self._clock() + self._ttl, size)
         self._finished[key] = share
         for item_id in record.item_ids:
-            self._items.setdefault(item_id, {})[key] = None
+            self._items.setdefault((record.owner, item_id), {})[record.id] = None
         while self._limits.over(len(share.records), share.bytes):
             self._forget(next(iter(share.records)))
 
     async def get(self, response_id: str, *, owner: str | None) -> StoredResponse | None:
         await trio.lowlevel.checkpoint()
-        record = self._running.get(response_id)
+        key = (owner, response_id)
+        record = self._running.get(key)
         if record is None:
-            share = self._finished.get(response_id)
+            share = self._finished.get(key)
             if share is None:
                 return None
-            expires_at, record, _ = share.records[response_id]
+            expires_at, record, _ = share.records[key]
             if expires_at <= self._clock():
-                self._forget(response_id)
+                self._forget(key)
                 return None
-            share.records.move_to_end(response_id)
-        return record if record.owner == owner else None
+            share.records.move_to_end(key)
+        return record
 
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
         await trio.lowlevel.checkpoint()
-        record = self._running.get(response_id)
-        if record is None:
-            share = self._finished.get(response_id)
-            record = share.records[response_id][1] if share is not None else None
-        if record is None or record.owner != owner:
+        key = (owner, response_id)
+        if key not in self._running and key not in self._finished:
             return False
-        self._forget(response_id)
+        self._forget(key)
         return True
 
     async def expire(self) -> int:
@@ -151,19 +149,20 @@ class MemoryStore:
             self._forget(key)
         return len(expired)
 
-    def _forget(self, response_id: str) -> None:
+    def _forget(self, key: Key) -> None:
         """Remove the record, running or finished, if there is one."""
-        self._running.pop(response_id, None)
-        share = self._finished.pop(response_id, None)
+        self._running.pop(key, None)
+        share = self._finished.pop(key, None)
         if share is None:
             return
-        for item_id in share.records[response_id][1].item_ids:
-            holders = self._items.get(item_id)
+        owner, response_id = key
+        for item_id in share.records[key][1].item_ids:
+            holders = self._items.get((owner, item_id))
             if holders is not None:
                 holders.pop(response_id, None)
                 if not holders:
-                    del self._items[item_id]
-        share.remove(response_id)
+                    del self._items[owner, item_id]
+        share.remove(key)
         if not share.records:
             del self._shares[share.tenant]
 
@@ -172,7 +171,7 @@ class MemoryStore:
         return []  # nothing outlives the process that ran it
 
     async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
-        for response_id in reversed(list(self._items.get(item_id, ()))):
+        for response_id in reversed(list(self._items.get((owner, item_id), ()))):
             record = await self.get(response_id, owner=owner)
             if record is not None and (item := record.item(item_id)) is not None:
                 return item
@@ -206,68 +205,67 @@ class MemoryConversations:
         self._limits = limits
         self._ttl = ttl_s
         self._clock = clock
-        self._conversations: dict[str, _Conversation] = {}
-        self._tenants: dict[str | None, OrderedDict[str, None]] = {}
-        """Conversation ids by tenant, least recently used first."""
-        self._items: dict[str, dict[str, None]] = {}
-        """Item id -> the conversations holding it."""
+        self._conversations: dict[Key, _Conversation] = {}
+        self._tenants: dict[str | None, OrderedDict[Key, None]] = {}
+        """Conversations by tenant, least recently used first."""
+        self._items: dict[Key, dict[str, None]] = {}
+        """(owner, item id) -> the owner's conversations holding it."""
 
     def _live(self, conversation_id: str, owner: str | None) -> _Conversation | None:
-        """The conversation if it is ``owner``'s and not expired; marks it used."""
-        conversation = self._conversations.get(conversation_id)
+        """``owner``'s conversation if it is not expired; marks it used."""
+        key = (owner, conversation_id)
+        conversation = self._conversations.get(key)
         if conversation is None:
             return None
         if conversation.expires_at <= self._clock():
-            self._drop(conversation_id)
+            self._drop(key)
             return None
-        if conversation.stored.owner != owner:
-            return None
-        self._used(conversation_id, conversation)
+        self._used(key, conversation)
         return conversation
 
-    def _used(self, conversation_id: str, conversation: _Conversation) -> None:
+    def _used(self, key: Key, conversation: _Conversation) -> None:
         conversation.expires_at = self._clock() + self._ttl
-        tenant = self._tenants.setdefault(
-            self._limits.tenant(conversation.stored.owner), OrderedDict()
-        )
-        tenant[conversation_id] = None
-        tenant.move_to_end(conversation_id)
-        size = sum(self._conversations[key].bytes for key in tenant)
+        tenant = self._tenants.setdefault(self._limits.tenant(key[0]), OrderedDict())
+        tenant[key] = None
+        tenant.move_to_end(key)
+        size = sum(self._conversations[other].bytes for other in tenant)
         while self._limits.over(len(tenant), size):
             oldest = next(iter(tenant))
-            if oldest == conversation_id:
+            if oldest == key:
                 break
             size -= self._conversations[oldest].bytes
             self._drop(oldest)
 
-    def _drop(self, conversation_id: str) -> None:
-        conversation = self._conversations.pop(conversation_id)
-        tenant_key = self._limits.tenant(conversation.stored.owner)
+    def _drop(self, key: Key) -> None:
+        conversation = self._conversations.pop(key)
+        tenant_key = self._limits.tenant(key[0])
         tenant = self._tenants.get(tenant_key)
         if tenant is not None:
-            tenant.pop(conversation_id, None)
+            tenant.pop(key, None)
             if not tenant:
                 del self._tenants[tenant_key]
         for item_id in conversation.items:
-            self._unindex(item_id, conversation_id)
+            self._unindex(key, item_id)
 
-    def _unindex(self, item_id: str, conversation_id: str) -> None:
-        holders = self._items.get(item_id)
+    def _unindex(self, key: Key, item_id: str) -> None:
+        owner, conversation_id = key
+        holders = self._items.get((owner, item_id))
         if holders is not None:
             holders.pop(conversation_id, None)
             if not holders:
-                del self._items[item_id]
+                del self._items[owner, item_id]
 
     def _add(
-        self, conversation_id: str, conversation: _Conversation, items: Sequence[dict[str, Any]]
+        self, key: Key, conversation: _Conversation, items: Sequence[dict[str, Any]]
     ) -> list[dict[str, Any]]:
+        owner, conversation_id = key
         added = []
         for item in items:
             if item["id"] in conversation.items:
                 continue
             conversation.items[item["id"]] = item
             conversation.bytes += len(encoded(item).encode())
-            self._items.setdefault(item["id"], {})[conversation_id] = None
+            self._items.setdefault((owner, item["id"]), {})[conversation_id] = None
             added.append(item)
         return added
 
@@ -275,10 +273,11 @@ class MemoryConversations:
         self, conversation: StoredConversation, items: Sequence[dict[str, Any]]
     ) -> None:
         await trio.lowlevel.checkpoint()
+        key = (conversation.owner, conversation.id)
         entry = _Conversation(conversation)
-        self._conversations[conversation.id] = entry
-        self._add(conversation.id, entry, items)
-        self._used(conversation.id, entry)
+        self._conversations[key] = entry
+        self._add(key, entry, items)
+        self._used(key, entry)
 
     async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
         await trio.lowlevel.checkpoint()
@@ -297,14 +296,14 @@ class MemoryConversations:
         conversation.bytes += conversation_bytes(conversation.stored.conversation, ()) - (
             conversation_bytes(old.conversation, ())
         )
-        self._used(conversation_id, conversation)
+        self._used((owner, conversation_id), conversation)
         return conversation.stored
 
     async def delete(self, conversation_id: str, *, owner: str | None) -> bool:
         await trio.lowlevel.checkpoint()
         if self._live(conversation_id, owner) is None:
             return False
-        self._drop(conversation_id)
+        self._drop((owner, conversation_id))
         return True
 
     async def items(
@@ -338,8 +337,9 @@ class MemoryConversations:
                     size += len(encoded(item).encode())
             if size > max_bytes:
                 raise ConversationFull(len(conversation.items), held_bytes=conversation.bytes)
-        added = self._add(conversation_id, conversation, items)
-        self._used(conversation_id, conversation)
+        key = (owner, conversation_id)
+        added = self._add(key, conversation, items)
+        self._used(key, conversation)
         return added
 
     async def get_item(
@@ -356,12 +356,12 @@ class MemoryConversations:
             return False
         item = conversation.items.pop(item_id)
         conversation.bytes -= len(encoded(item).encode())
-        self._unindex(item_id, conversation_id)
+        self._unindex((owner, conversation_id), item_id)
         return True
 
     async def find_item(self, item_id: str, *, owner: str | None) -> dict[str, Any] | None:
         await trio.lowlevel.checkpoint()
-        for conversation_id in reversed(list(self._items.get(item_id, ()))):
+        for conversation_id in reversed(list(self._items.get((owner, item_id), ()))):
             conversation = self._live(conversation_id, owner)
             if conversation is not None and item_id in conversation.items:
                 return conversation.items[item_id]
@@ -380,9 +380,9 @@ class MemoryConversations:
         conversation.holder, conversation.lock_until = holder, now + lease_s
         return True
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
         await trio.lowlevel.checkpoint()
-        conversation = self._conversations.get(conversation_id)
+        conversation = self._conversations.get((owner, conversation_id))
         if conversation is not None and conversation.holder == holder:
             conversation.holder = None
 
@@ -428,9 +428,9 @@ class MemoryEventLogs:
     async def terminate(self, record: StoredResponse) -> None:
         await trio.lowlevel.checkpoint()
 
-    async def delete(self, response_id: str) -> None:
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
         await trio.lowlevel.checkpoint()
-        self._retention.discard(response_id)
+        self._retention.discard(response_id, owner)
 
     async def expire(self) -> int:
         await trio.lowlevel.checkpoint()

@@ -3,7 +3,6 @@ scripts, and the one place failures become `StoreError`."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
@@ -74,14 +73,6 @@ def _ms(seconds: float) -> int:
 def _entry_id(next_sequence: int) -> str:
     """The id of the entry whose last frame is ``next_sequence - 1`` (ids must exceed 0-0)."""
     return f"0-{next_sequence}"
-
-
-def _dumps(value: Any) -> str:
-    """Strict JSON (no NaN); a value that cannot be stored is a `StoreError`."""
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise StoreError(f"Redis store: cannot encode a record as JSON: {error}") from error
 
 
 async def _io(request: Awaitable[T]) -> T:

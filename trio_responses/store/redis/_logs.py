@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -15,22 +14,23 @@ import trio
 from coredis.response.types import StreamEntry
 from coredis.tokens import PureToken
 
+from ..._principal import Principal
 from ...background.event_log import EventLog, SubscriberLagged
 from ...background.subscription import ReaderSubscription, Subscription
 from ...protocol.builder import terminal_frame
-from ...protocol.sse import is_terminal_frame, split_frames
+from ...protocol.codec import decode_json, is_terminal_frame, split_frames
 from ..base import (
     CancelHandler,
     LogStatistics,
     StoredResponse,
     StoreError,
+    encoded,
 )
 from ._client import (
     _BLOCK_MS,
     _REBUILDS,
     _RETAINED_KEYS,
     _control_key,
-    _dumps,
     _entry_id,
     _io,
     _lease_key,
@@ -222,7 +222,7 @@ class RedisEventLogs:
             self._redis.append,
             keys=[_log_key(response_id), _meta_key(response_id)],
             args=[
-                _dumps(owner),
+                encoded(owner),
                 _entry_id(min_id) if min_id > 1 else "",
                 # A log whose job dies unnoticed still goes, eventually.
                 self._safety_ttl_ms,
@@ -250,7 +250,9 @@ class RedisEventLogs:
         stored_owner, written, done, head = await self._redis.call(
             self._redis.open, keys=[_log_key(response_id), _meta_key(response_id)], args=[]
         )
-        if stored_owner is None or written is None or json.loads(stored_owner) != owner:
+        if stored_owner is None or written is None:
+            return None
+        if not Principal(owner).may_see(decode_json(stored_owner)):
             return None
         oldest = int(head) if head is not None else int(written)
         if starting_after + 1 < oldest:
@@ -273,7 +275,7 @@ class RedisEventLogs:
                 return
         raise StoreError(f"The event log of {record.id} keeps changing; it was not ended.")
 
-    async def delete(self, response_id: str) -> None:
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
         await self._redis.run(
             self._redis.delete_log,
             keys=[_log_key(response_id), _meta_key(response_id), *_RETAINED_KEYS],

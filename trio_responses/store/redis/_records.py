@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -13,7 +12,9 @@ from typing import Any, final
 import trio
 
 from ..._offload import estimated_size, offload
+from ..._principal import Principal
 from ...protocol.builder import terminal_frame
+from ...protocol.codec import decode_json
 from ..base import (
     ConversationFull,
     StoredConversation,
@@ -27,7 +28,6 @@ from ._client import (
     _RETAINED_KEYS,
     PREFIX,
     _conversation_key,
-    _dumps,
     _io,
     _lease_key,
     _log_key,
@@ -61,7 +61,7 @@ def _encode_record(record: StoredResponse) -> tuple[bytes, int]:
     """The stored value of ``record`` and its size (`record_bytes`), from one encoding."""
     response = encoded(record.response).encode()
     input_items = encoded(record.input_items).encode()
-    rest = _dumps(
+    rest = encoded(
         {"owner": record.owner, "replica": record.replica, "updated_at": record.updated_at}
     ).encode()
     value = b'{"response":%s,"input_items":%s,%s' % (response, input_items, rest[1:])
@@ -75,7 +75,7 @@ async def _encode_off_loop(record: StoredResponse) -> tuple[bytes, int]:
 
 
 def _decode_record(raw: bytes) -> StoredResponse:
-    data = json.loads(raw)
+    data = decode_json(raw)
     return StoredResponse(
         response=data["response"],
         input_items=data["input_items"],
@@ -154,7 +154,7 @@ class RedisStore:
         if raw is None:
             return None
         record = await offload(len(raw), partial(_decode_record, raw), lane="store")
-        return record if record.owner == owner else None
+        return record if Principal(owner).may_see(record.owner) else None
 
     async def delete(self, response_id: str, *, owner: str | None) -> bool:
         if await self.get(response_id, owner=owner) is None:
@@ -333,7 +333,7 @@ class RedisConversations:
 
     async def get(self, conversation_id: str, *, owner: str | None) -> StoredConversation | None:
         raw = await self._use(conversation_id, owner, "get")
-        return None if raw is None else StoredConversation(json.loads(raw), owner)
+        return None if raw is None else StoredConversation(decode_json(raw), owner)
 
     async def update(
         self, conversation_id: str, metadata: dict[str, str], *, owner: str | None
@@ -358,7 +358,7 @@ class RedisConversations:
             return None
         return await offload(
             sum(len(item) for item in raw if item is not None),
-            lambda: [json.loads(item) for item in raw if item is not None],
+            lambda: [decode_json(item) for item in raw if item is not None],
             lane="store",
         )
 
@@ -390,7 +390,7 @@ class RedisConversations:
         raw = await self._use(conversation_id, owner, "item", item_id)
         if not raw:
             return None
-        item: dict[str, Any] = json.loads(raw)
+        item: dict[str, Any] = decode_json(raw)
         return item
 
     async def delete_item(self, conversation_id: str, item_id: str, *, owner: str | None) -> bool:
@@ -405,7 +405,7 @@ class RedisConversations:
         reply = await self._use(conversation_id, owner, "lock", holder, _ms(lease_s))
         return None if reply is None else bool(reply)
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
         await self._redis.call(
             self._redis.conversation_unlock,
             keys=[_conversation_key(conversation_id)],

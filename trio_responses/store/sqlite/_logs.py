@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sqlite3
@@ -15,7 +14,7 @@ import trio
 from ...background.event_log import EventLog, SubscriberLagged
 from ...background.subscription import ReaderSubscription, Subscription
 from ...protocol.builder import terminal_frame
-from ...protocol.sse import is_terminal_frame, split_frames
+from ...protocol.codec import decode_json, is_terminal_frame, split_frames
 from ..base import (
     LogStatistics,
     StoredResponse,
@@ -234,7 +233,7 @@ class SqliteEventLogs:
                     self._drop(db, [response_id])  # nobody can ask for it any more
                 elif not running:
                     try:
-                        self.terminate_in(db, StoredResponse(json.loads(response), [], owner))
+                        self.terminate_in(db, StoredResponse(decode_json(response), [], owner))
                     except (ValueError, KeyError):
                         self._drop(db, [response_id])  # a record it cannot end: unreadable
 
@@ -284,7 +283,7 @@ class SqliteEventLogs:
                 self._complete -= 1
                 self._complete_bytes -= row[1]
 
-    async def delete(self, response_id: str) -> None:
+    async def delete(self, response_id: str, *, owner: str | None) -> None:
         def work() -> None:
             with self._db.transaction() as db:
                 self._drop(db, [response_id])

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
+from ...protocol.codec import decode_json, encode_ascii_json
 from ..base import (
     RUNNING_STATUSES,
     ConversationFull,
@@ -154,8 +154,8 @@ class SqliteStore:
                 return None
             # Decoded here: a long conversation's JSON is too much for the event loop.
             return StoredResponse(
-                response=json.loads(row[0]),
-                input_items=json.loads(row[1]),
+                response=decode_json(row[0]),
+                input_items=decode_json(row[1]),
                 owner=owner,
                 replica=row[2],
                 updated_at=row[3],
@@ -207,8 +207,8 @@ class SqliteStore:
             # a process that is gone. This process's own running jobs are never touched.
             recovered = [
                 StoredResponse(
-                    response=json.loads(row[0]),
-                    input_items=json.loads(row[1]),
+                    response=decode_json(row[0]),
+                    input_items=decode_json(row[1]),
                     owner=row[2],
                     replica=row[3],
                 ).interrupted()
@@ -233,7 +233,7 @@ class SqliteStore:
                 (item_id, owner, self._clock()),
             ).fetchall()
             for response, input_items in rows:
-                record = StoredResponse(json.loads(response), json.loads(input_items), owner)
+                record = StoredResponse(decode_json(response), decode_json(input_items), owner)
                 return record.item(item_id)
             return None
 
@@ -344,7 +344,7 @@ class SqliteConversations:
                 (text,) = db.execute(
                     "SELECT conversation FROM conversations WHERE id = ?", (conversation_id,)
                 ).fetchone()
-            return StoredConversation(json.loads(text), owner)
+            return StoredConversation(decode_json(text), owner)
 
         return await self._db.run(work)
 
@@ -358,7 +358,7 @@ class SqliteConversations:
                 (text,) = db.execute(
                     "SELECT conversation FROM conversations WHERE id = ?", (conversation_id,)
                 ).fetchone()
-                conversation = {**json.loads(text), "metadata": metadata}
+                conversation = {**decode_json(text), "metadata": metadata}
                 new = encoded(conversation)
                 db.execute(
                     "UPDATE conversations SET conversation = ?, bytes = bytes + ? WHERE id = ?",
@@ -391,7 +391,7 @@ class SqliteConversations:
                     "SELECT item FROM conversation_items WHERE conversation_id = ? ORDER BY seq",
                     (conversation_id,),
                 ).fetchall()
-            return [json.loads(row[0]) for row in rows]
+            return [decode_json(row[0]) for row in rows]
 
         return await self._db.run(work)
 
@@ -416,7 +416,7 @@ class SqliteConversations:
                     held, present = db.execute(
                         "SELECT count(*), count(*) FILTER (WHERE id IN (SELECT value FROM"
                         " json_each(?))) FROM conversation_items WHERE conversation_id = ?",
-                        (json.dumps(sorted(ids)), conversation_id),
+                        (encode_ascii_json(sorted(ids)), conversation_id),
                     ).fetchone()
                     if held + len(ids) - present > max_items:
                         raise ConversationFull(held)
@@ -448,7 +448,7 @@ class SqliteConversations:
                     "SELECT item FROM conversation_items WHERE conversation_id = ? AND id = ?",
                     (conversation_id, item_id),
                 ).fetchone()
-            return None if row is None else json.loads(row[0])
+            return None if row is None else decode_json(row[0])
 
         return await self._db.run(work)
 
@@ -481,7 +481,7 @@ class SqliteConversations:
                 " AND conversations.expires_at > ? ORDER BY conversation_items.seq DESC LIMIT 1",
                 (item_id, owner, self._clock()),
             ).fetchone()
-            return None if row is None else json.loads(row[0])
+            return None if row is None else decode_json(row[0])
 
         return await self._db.run(work)
 
@@ -502,7 +502,7 @@ class SqliteConversations:
 
         return await self._db.run(work)
 
-    async def unlock(self, conversation_id: str, holder: str) -> None:
+    async def unlock(self, conversation_id: str, holder: str, *, owner: str | None) -> None:
         def work() -> None:
             with self._db.transaction() as db:
                 db.execute(

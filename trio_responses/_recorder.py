@@ -26,16 +26,14 @@ from typing import final
 
 import trio
 
-from ..store.base import State, StoredResponse, StoreError, with_retries
-from .event_log import SubscriberLagged
-from .job import Job
+from .background.event_log import SubscriberLagged
+from .background.job import Job
+from .protocol.errors import server_error
+from .store.base import State, StoredResponse, StoreError, with_retries
 
 logger = logging.getLogger("trio_responses.recorder")
 
-_UNRECORDED = {
-    "code": "server_error",
-    "message": "The server could not record this response (its store is unavailable).",
-}
+_UNRECORDED = server_error("The server could not record this response (its store is unavailable).")
 
 
 @final
@@ -99,7 +97,7 @@ class Recorder:
                 if self._stores:
                     await self._state.store.delete(job.id, owner=job.owner)
                 if self._writes_log:
-                    await self._state.logs.delete(job.id)
+                    await self._state.logs.delete(job.id, owner=job.owner)
             except StoreError:
                 logger.warning("%s: could not remove the record of a failed create", job.id)
 
@@ -134,7 +132,7 @@ class Recorder:
                             await with_retries(self._write)
                         except StoreError as error:
                             logger.error("%s: could not be recorded: %s", self._job.id, error)
-                            self._job.abort(_UNRECORDED["code"], _UNRECORDED["message"])
+                            self._job.abort(_UNRECORDED)
                             return
         finally:
             self._followed.set()
