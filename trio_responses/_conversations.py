@@ -45,6 +45,7 @@ from typing import Any, Literal, final
 import trio
 from pydantic import TypeAdapter, ValidationError
 
+from ._cleanup import cleanup_scope
 from ._config import Config
 from ._exceptions import InvalidRequestError, NotFoundError
 from ._prepare import PreparedRequest, stored_item
@@ -168,7 +169,7 @@ class ConversationTurn:
             return False
         began = trio.current_time()
         # Shielded: a renewal in flight ends (or times out) before `finish` unlocks.
-        with trio.move_on_after(self._cleanup_s, shield=True):
+        with cleanup_scope(self._cleanup_s):
             try:
                 held = await self._store.lock(
                     self.conversation_id, self.response_id, owner=self.owner, lease_s=self._lease_s
@@ -196,13 +197,13 @@ class ConversationTurn:
         """Stop renewing, append the job's items to the conversation (completed or
         incomplete, the lease still held), then release the lock. Never raises a
         store failure (it is logged); each step is shielded and bounded by the
-        cleanup budget."""
+        cleanup budget, and all of them by the job's cleanup deadline."""
         self._stopped = True
         self._keep_scope.cancel()
-        with trio.move_on_after(self._cleanup_s, shield=True):
+        with cleanup_scope(self._cleanup_s):
             async with self._renewing:  # a renewal in flight lands before the unlock
                 pass
-        with trio.move_on_after(self._cleanup_s, shield=True) as scope:
+        with cleanup_scope(self._cleanup_s) as scope:
             await self._append(job)
         if scope.cancelled_caught:
             logger.error("%s: updating conversation %s timed out", job.id, self.conversation_id)
@@ -267,7 +268,7 @@ class ConversationTurn:
         bounded by the cleanup budget, never raises a store failure."""
         self._stopped = True
         self._keep_scope.cancel()
-        with trio.move_on_after(self._cleanup_s, shield=True) as scope:
+        with cleanup_scope(self._cleanup_s) as scope:
             await self._unlock()
         if scope.cancelled_caught:
             logger.warning(
