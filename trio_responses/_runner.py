@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
 
 import trio
 
@@ -42,6 +42,7 @@ from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
 from .background.event_log import EventLog
 from .background.job import Job
+from .background.lease import ConversationTurn
 from .background.recorder import Recorder
 from .background.subscription import LogSubscription, Subscription
 from .engine import Engine
@@ -53,9 +54,6 @@ from .store.base import State, StoredResponse, StoreLimits, first_record_bound, 
 from .tools.budget import RunSlots
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
-
-if TYPE_CHECKING:
-    from ._conversations import ConversationTurn
 
 logger = logging.getLogger("trio_responses.jobs")
 
