@@ -225,6 +225,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_compaction",
         "_conversations",
         "_recorder",
+        "_lease",
         "_runner",
         "_service",
     ),

@@ -306,7 +306,8 @@ class Config:
     """On shutdown, running responses get this long to finish before cancellation."""
     cleanup_timeout_s: float = 5.0
     """The cleanup budget: upper bound for each shielded cleanup step (engine abort,
-    MCP session close, final store write, engine shutdown)."""
+    MCP session close, final store write, engine shutdown), and for a response's
+    cleanup as a whole (all its steps: one deadline, see `_cleanup.py`)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("scripted", "vllm"):

@@ -12,9 +12,10 @@ The recorder is the only writer of a job's stored state (SPEC §12). It writes
 - the final record, and the finished log for replay (`finish`).
 
 Every write is retried boundedly (`with_retries`) and shielded under the
-cleanup budget, so cancelling the follower stops it between writes, never in
-the middle of one. A backend that stays down ends the response ``failed``
-(``server_error``); the error never leaves the job.
+cleanup budget (and the job's cleanup deadline, `cleanup_scope`), so cancelling
+the follower stops it between writes, never in the middle of one. A backend
+that stays down ends the response ``failed`` (``server_error``); the error
+never leaves the job.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import final
 
 import trio
 
+from ._cleanup import cleanup_scope
 from .background.event_log import SubscriberLagged
 from .background.job import Job
 from .protocol.errors import server_error
@@ -51,6 +53,8 @@ class Recorder:
         self._recorded: tuple[str, int] | None = None
         """(status, finished items) of the record as last written."""
         self._follower = trio.CancelScope()
+        self._following = False
+        """`follow` is running (started, and not yet returned)."""
         self._followed = trio.Event()
 
     @property
@@ -91,8 +95,7 @@ class Recorder:
         """Undo `start` and `publish_created` (the create failed or was cancelled).
         Shielded and bounded."""
         job = self._job
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + self._budget_s
+        with cleanup_scope(self._budget_s):
             try:
                 if self._stores:
                     await self._state.store.delete(job.id, owner=job.owner)
@@ -113,6 +116,7 @@ class Recorder:
 
         Returns at once unless it `follows`.
         """
+        self._following = True
         try:
             with self._follower:
                 task_status.started()
@@ -126,8 +130,7 @@ class Recorder:
                     await trio.sleep(interval)
                     if log.closed:
                         return
-                    with trio.CancelScope(shield=True) as scope:
-                        scope.deadline = trio.current_time() + self._budget_s
+                    with cleanup_scope(self._budget_s):
                         try:
                             await with_retries(self._write)
                         except StoreError as error:
@@ -135,13 +138,14 @@ class Recorder:
                             self._job.abort(_UNRECORDED)
                             return
         finally:
+            self._following = False
             self._followed.set()
 
     async def stop(self) -> None:
         """Stop `follow` after its current write (bounded by the budget). Returns at
-        once when it has nothing to follow (it may not have been started)."""
+        once when `follow` is not running (it was not started, or it has ended)."""
         self._follower.cancel()
-        if not self.follows:
+        if not self._following:
             return
         with trio.move_on_after(self._budget_s):
             await self._followed.wait()

@@ -29,14 +29,16 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
 
 import trio
 
+from ._cleanup import Cleanup
 from ._config import Config
 from ._exceptions import RequestTooLargeError, ServerBusyError, ShuttingDownError
 from ._faults import faults_handled
 from ._generation import PromptPlan, generate_response
+from ._lease import ConversationTurn
 from ._logging import RESPONSE_ID
 from ._prepare import PreparedRequest
 from ._principal import Principal
@@ -54,9 +56,6 @@ from .store.base import State, StoredResponse, StoreLimits, first_record_bound, 
 from .tools.budget import RunSlots
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
-
-if TYPE_CHECKING:
-    from ._conversations import ConversationTurn
 
 logger = logging.getLogger("trio_responses.jobs")
 
@@ -282,6 +281,9 @@ class JobRunner:
         self._finished_tokens: dict[str, int] = {}
         """Output tokens of the jobs that finished here, by requested model name."""
         self._accepting = True
+        self._closing = Cleanup(config.cleanup_timeout_s)
+        """The service's closing: once it begins (`close`), every job's cleanup ends
+        within the cleanup budget of that moment."""
         self._idle = trio.Event()
         self._idle.set()
 
@@ -552,6 +554,8 @@ class JobRunner:
         task_status: trio.TaskStatus[dict[str, Any] | None],
     ) -> None:
         RESPONSE_ID.set(job.id)  # this task's log lines (and its children's) name the job
+        cleanup = Cleanup(self._config.cleanup_timeout_s, within=self._closing)
+        cleanup.enter()  # for every cleanup step of this task and its children
         recorder = Recorder(job, self._state, budget_s=self._config.cleanup_timeout_s)
         try:
             try:
@@ -588,7 +592,7 @@ class JobRunner:
                     "%s: a task of the response failed", job.id, exc_info=fault
                 )
             ):
-                await self._generate(job, plan, recorder, timer, turn)
+                await self._generate(job, plan, recorder, timer, cleanup, turn)
         finally:
             self._unregister(job)
 
@@ -598,6 +602,7 @@ class JobRunner:
         plan: PromptPlan,
         recorder: Recorder,
         timer: ResponseTimer,
+        cleanup: Cleanup,
         turn: ConversationTurn | None = None,
     ) -> None:
         config = self._config
@@ -633,14 +638,18 @@ class JobRunner:
             finally:
                 if not job.finished:  # our own nursery is being cancelled: shutting down
                     job.finish("failed", error=SHUTDOWN_ERROR)
-                with trio.CancelScope(shield=True):
+                # The whole cleanup by one deadline (its steps have the budget each at
+                # most): from when it began, the engine's abort included if cancelled.
+                recorded = False
+                with trio.CancelScope(deadline=cleanup.begin(), shield=True):
                     try:
                         await recorder.stop()
-                        if not await recorder.finish():
-                            self._keep_unrecorded(recorder)
+                        recorded = await recorder.finish()
                         if turn is not None:
                             await turn.finish(job)  # before done: a next turn sees it
                     finally:
+                        if not recorded:  # refused, or cut short: maintenance retries it
+                            self._keep_unrecorded(recorder)
                         job.done.set()
                         self._finished(job)
                     await toolbox.aclose()
@@ -709,19 +718,33 @@ class JobRunner:
         logger.info("%s cancelled by request", job.id)
         return True
 
+    def close(self) -> float:
+        """Stop taking jobs and begin closing: from now on every job's cleanup, begun
+        or not, ends within the cleanup budget (``cleanup_timeout_s``) of this moment,
+        or by its own earlier deadline. Returns that deadline; the first call decides
+        it. Does not stop a job: cancel it (or its nursery) for that."""
+        self._accepting = False
+        return self._closing.begin()
+
     async def shutdown(self, grace_s: float) -> None:
         """Stop taking jobs, give running ones ``grace_s`` to finish, then end them.
 
         Jobs still running after the grace period end ``failed`` with code
-        ``server_shutdown`` (their readers get that terminal event) and are
-        recorded. Returns once every job task has finished its cleanup, or
-        after the cleanup budget.
+        ``server_shutdown`` (their readers get that terminal event at once) and
+        are recorded. Returns once every job task has ended, or
+        ``grace_s + cleanup_timeout_s`` after it was called, whichever comes
+        first. By then every job's cleanup is over, whatever the store or the
+        engine do meanwhile: each (engine abort, final writes, conversation,
+        tool sessions) ends by one deadline, the cleanup budget after it began
+        and no later than the budget after the grace period (`close`); a job
+        cut short there still unwinds, without waiting on anything.
         """
         self._accepting = False
         with trio.move_on_after(grace_s):
             await self.wait_idle()
+        deadline = self.close()
         for job in list(self._running.values()):
             if job.builder.next_sequence_number:  # created; the others refuse to start
                 job.abort(SHUTDOWN_ERROR)
-        with trio.move_on_after(self._config.cleanup_timeout_s * 3):
+        with trio.move_on_at(deadline):
             await self.wait_idle()

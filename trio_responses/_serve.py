@@ -231,9 +231,14 @@ async def serve_service(
     When ``shutdown_trigger`` returns, shuts down gracefully: stop accepting
     connections and responses, give running responses ``shutdown_grace_s`` to
     finish, end the rest ``failed`` (``server_shutdown``), then return once
-    their streams have ended, and ``shutdown_grace_s + cleanup_timeout_s``
-    after the trigger at the latest (a client that has not taken its last
-    events by then is disconnected).
+    their streams have ended and their jobs' cleanup is done, and
+    ``shutdown_grace_s + cleanup_timeout_s`` after the trigger at the latest,
+    whatever the clients, the store and the engine do: a client that has not
+    taken its last events by then is disconnected (its writes are cut short),
+    and each job's cleanup (engine abort, final writes, conversation, tool
+    sessions) ends by one deadline, no later than ``cleanup_timeout_s`` after
+    the grace period (`ResponsesService.shutdown`). Leaving the service after
+    that is bounded too (see `open_responses_service`).
 
     Every piece of a write to a client (`WRITE_PIECE_BYTES`) has
     ``sse_write_timeout_s`` to be accepted; a client that takes longer is

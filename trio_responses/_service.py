@@ -681,7 +681,9 @@ class ResponsesService:
 
         Responses still running after the grace period end ``failed`` with code
         ``server_shutdown`` (their readers get that terminal event) and are
-        recorded. Returns once every job task has finished its cleanup.
+        recorded. Returns once every job task has finished its cleanup, and
+        ``grace_s + cleanup_timeout_s`` after it was called at the latest,
+        whatever the store or the engine do (see `JobRunner.shutdown`).
         """
         await self._runner.shutdown(grace_s)
 
@@ -757,6 +759,19 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
     backends). On exit, running jobs are cancelled and end ``failed``
     (``server_shutdown``); call `ResponsesService.shutdown` first to give them
     time to finish.
+
+    Leaving takes, one after the other: the jobs still running, within
+    ``cleanup_timeout_s`` (each job's cleanup ends by one deadline, the budget
+    after it began, and no later than the budget after the exit began, or
+    after `ResponsesService.shutdown`'s grace period: none are left once it
+    has returned); the tool servers, control and maintenance, within
+    ``cleanup_timeout_s`` (a polite goodbye to each tool server; retries of
+    unrecorded jobs are cancelled at once); the engine (the scripted one at
+    once; vLLM aborts what runs within the budget and stops its engine core
+    within three times it); the state backend, within ``cleanup_timeout_s``
+    (memory: at once). So, with the scripted engine, at most
+    ``2 * cleanup_timeout_s`` after `ResponsesService.shutdown` has returned,
+    ``3 * cleanup_timeout_s`` without it, and normally at once.
 
     Raises:
         StoreError: the state backend cannot be opened.
@@ -838,6 +853,7 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
             try:
                 yield service
             finally:
+                runner.close()  # every job's cleanup ends within the budget from now
                 jobs.cancel_scope.cancel()
         # Tool servers get a polite goodbye (bounded); the rest stops now.
         background.cancel()

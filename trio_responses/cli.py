@@ -220,8 +220,8 @@ _SERVE_OPTIONS = (
     _Option(
         "--cleanup-timeout",
         "cleanup_timeout_s",
-        "seconds each shielded cleanup step may take (engine abort, MCP close, store write, "
-        "engine shutdown)",
+        "seconds a response's cleanup may take, all its steps together (engine abort, MCP "
+        "close, store writes), and each shielded cleanup step (engine shutdown too)",
         float,
     ),
     _Option(

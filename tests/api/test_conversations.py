@@ -23,7 +23,7 @@ from tests.conftest import StartServer
 from tests.redis_server import RedisServer
 from tests.support import MODEL, Server, run_server, validate_response
 from trio_responses import Config, InvalidRequestError
-from trio_responses._conversations import ConversationTurn
+from trio_responses._lease import ConversationTurn
 from trio_responses.store.base import State, StoredConversation
 from trio_responses.store.open import open_state
 

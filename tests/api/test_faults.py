@@ -17,7 +17,7 @@ import websockets
 from tests.conftest import StartServer
 from tests.processes import ServeCommand
 from tests.support import MODEL, TERMINAL_TYPES, Server, assert_nothing_left
-from trio_responses._conversations import ConversationTurn
+from trio_responses._lease import ConversationTurn
 from trio_responses._recorder import Recorder
 from trio_responses.engine import script
 from trio_responses.harmony.encoding import get_encoding

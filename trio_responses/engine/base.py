@@ -6,8 +6,10 @@ calls. ``generate`` delivers output tokens by calling ``sink`` with each batch
 as soon as it exists, and returns how generation finished.
 
 Cancellation: cancelling the task that awaits `generate` aborts the request
-upstream before `generate` returns (shielded and time-bounded). If ``sink``
-raises, generation is aborted the same way and the exception propagates.
+upstream before `generate` returns (shielded and time-bounded: in a
+`cleanup_scope`, so that the abort is part of the job's cleanup and keeps to its
+deadline). If ``sink`` raises, generation is aborted the same way and the
+exception propagates.
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ runs all asyncio callbacks that are ready in one Trio step, not one per step
 (`_run_ready_callbacks_together`).
 
 Cancelling the Trio side stops the sink at once (no output reaches it after)
-and aborts the request in vLLM, shielded and bounded: the request never
-depends on garbage collection to end. A sink that raises aborts the request
+and aborts the request in vLLM, shielded and bounded (a step of the job's
+cleanup, `cleanup_scope`): the request never depends on garbage collection to
+end. A sink that raises aborts the request
 the same way, and its exception propagates from `generate`. An error vLLM
 puts into the collector (the engine died, the request failed) ends the request
 with `EngineError`.
@@ -71,6 +72,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.engine.output_processor import RequestOutputCollector
 
+from .._cleanup import cleanup_scope
 from .._config import Config
 from .._exceptions import EngineError
 from .._offload import INLINE_BYTES, offload
@@ -228,8 +230,8 @@ class VllmEngine:
                 self._direct.pop(stream.collector.request_id, None)
                 stream.collector.close()
             if not stream.over_in_vllm:  # cancelled (maybe mid-add), or the sink raised
-                with trio.CancelScope(shield=True) as cleanup:
-                    cleanup.deadline = trio.current_time() + self._cleanup_timeout_s
+                # The job's cleanup begins here when it is cancelled: its deadline.
+                with cleanup_scope(self._cleanup_timeout_s):
                     await self._abort(request_id)
         if stream.error is not None:
             raise stream.error
