@@ -1,9 +1,11 @@
-"""The sans-IO core imports no I/O framework; the public API is what __init__ exports."""
+"""The sans-IO core imports no I/O framework; the public API is what __init__ exports;
+a built-in tool lives in its module."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -24,12 +26,85 @@ def _imported_modules(path: pathlib.Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("core", ["protocol", "harmony"])
+@pytest.mark.parametrize("core", ["protocol", "harmony", "tools/builtin"])
 def test_sans_io_core_imports_no_io_framework(core: str) -> None:
     files = sorted((PACKAGE / core).glob("*.py"))
     assert files
     for path in files:
         assert not _imported_modules(path) & FORBIDDEN, path.name
+
+
+def test_the_sans_io_core_loads_no_io_framework_at_all() -> None:
+    """Not even through what it imports: the built-in tools it reads included."""
+    import subprocess
+    import sys
+
+    core = ["protocol", "harmony", "tools.builtin"]
+    modules = [
+        _module_name(path)
+        for package in core
+        for path in sorted((PACKAGE / package.replace(".", "/")).glob("*.py"))
+    ]
+    code = (
+        f"import sys, {', '.join(modules)};"
+        f"print(sorted(m for m in {sorted(FORBIDDEN)!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+BUILTIN_TOOLS_MAY_IMPORT = {
+    "trio_responses._exceptions",
+    "trio_responses.protocol.ids",
+    "trio_responses.protocol.mcp_headers",
+}
+"""The package modules the built-in tools may import besides each other: leaves of
+the core, which import neither the registry nor anything that does."""
+
+
+def test_builtin_tools_import_only_leaves_of_the_core() -> None:
+    for path in sorted((PACKAGE / "tools" / "builtin").glob("*.py")):
+        name = _module_name(path)
+        imported = {
+            module
+            for module in _runtime_imports(path, name)
+            if not module.startswith("trio_responses.tools.builtin")
+        }
+        assert imported <= BUILTIN_TOOLS_MAY_IMPORT, (path.name, imported)
+
+
+def _package_text_files() -> list[pathlib.Path]:
+    return [
+        path
+        for path in sorted(PACKAGE.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    ]
+
+
+def test_web_search_is_named_only_by_its_tool_module() -> None:
+    """A built-in tool is one module: the rest of the package reads its descriptor."""
+    named = re.compile(r"web_?search", re.IGNORECASE)
+    outside = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in _package_text_files()
+        if PACKAGE / "tools" not in path.parents and named.search(path.read_text(errors="replace"))
+    ]
+    assert outside == []
+
+
+CODE_INTERPRETER_OPTION = {"_config.py", "cli.py", "_service.py"}
+"""Where ``code_interpreter`` may be named outside ``tools/``: the option that starts
+the bundled python tool server (``--code-interpreter``) and its sandbox."""
+
+
+def test_code_interpreter_is_named_only_by_its_tool_and_its_option() -> None:
+    outside = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in _package_text_files()
+        if PACKAGE / "tools" not in path.parents
+        and "code_interpreter" in path.read_text(errors="replace")
+    }
+    assert outside <= CODE_INTERPRETER_OPTION
 
 
 VLLM_ENGINE = {PACKAGE / "engine" / "vllm.py", PACKAGE / "engine" / "vllm_outputs.py"}

@@ -181,7 +181,8 @@ class Config:
     # -- tools ----------------------------------------------------------------------
     tool_servers: tuple[str, ...] = ()
     """MCP servers to keep connected, as ``LABEL=URL`` or ``LABEL=stdio:COMMAND``.
-    ``python`` backs code_interpreter, ``browser`` backs web_search."""
+    A built-in tool's label runs that tool (``python`` the code interpreter,
+    ``browser`` web search: `tools.builtin`)."""
     code_interpreter: bool = False
     """Run the bundled python tool server as a stdio child (label ``python``)."""
     python_cpu_s: int = 10

@@ -64,9 +64,11 @@ from .harmony.steering import (
     steering_for,
 )
 from .harmony.translator import MalformedOutput, ToolCall, TurnTranslator
-from .metrics import Metrics, ResponseTimer, ToolKind, ToolOutcome
+from .metrics import Metrics, ResponseTimer, ToolOutcome
 from .protocol.errors import ErrorInfo, server_error
 from .protocol.request import InputItem, McpApprovalRequestItem, McpApprovalResponseItem
+from .tools.builtin import BuiltinTool
+from .tools.builtin.mcp import TOOL as MCP
 from .tools.session import ToolError, ToolInfo
 from .tools.toolbox import Toolbox, tool_json
 
@@ -213,10 +215,13 @@ async def generate_response(
         outcome = translator.finish(result.finish_reason)
         call = outcome.call
         if outcome.kind == "tool_call" and call is not None:
-            if call.kind in ("function", "mcp_approval"):
+            tool = call.tool
+            if tool is None:  # a function call or an approval request
                 if metrics is not None:
-                    kind: ToolKind = "function" if call.kind == "function" else "mcp"
-                    metrics.tool_call(kind, "client" if kind == "function" else "approval", None)
+                    if call.kind == "function":
+                        metrics.tool_call("function", "client", None)
+                    else:
+                        metrics.tool_call(MCP.metrics_label, "approval", None)
                 job.finish("completed")  # the client acts next
                 return
             if request.max_tool_calls is not None and tool_calls >= request.max_tool_calls:
@@ -224,8 +229,8 @@ async def generate_response(
                 job.finish("incomplete", incomplete_reason="max_tool_calls")
                 return
             tool_calls += 1
-            output = await _run_tool(job, toolbox, call, metrics=metrics)
-            prompt = [*prompt, *translator.tokens, *_tool_result_tokens(call, output)]
+            output = await _run_tool(job, toolbox, call, tool, metrics=metrics)
+            prompt = [*prompt, *translator.tokens, *_tool_result_tokens(call, tool, output)]
             turn += 1
             continue
         if outcome.kind in ("final", "tool_call"):
@@ -401,31 +406,29 @@ async def _answer(
     """Run an approved call as an ``mcp_call`` item, or report it declined."""
     if not response.approve:
         if metrics is not None:
-            metrics.tool_call("mcp", "declined", None)
+            metrics.tool_call(MCP.metrics_label, "declined", None)
         return DECLINED
     builder = job.builder
-    builder.open_mcp_call(approval_request.server_label, approval_request.name)
+    recipient = f"{approval_request.server_label}.{approval_request.name}"
+    builder.open_tool_call(MCP.item, recipient)
     builder.delta(approval_request.arguments)
     builder.end_tool_input()
-    recipient = f"{approval_request.server_label}.{approval_request.name}"
-    call = ToolCall("mcp", recipient, approval_request.arguments, builder.open_item_id)
+    call = ToolCall("builtin", recipient, approval_request.arguments, builder.open_item_id, MCP)
     return await _run_tool(
-        job, toolbox, call, approval_request_id=approval_request.id, metrics=metrics
+        job, toolbox, call, MCP, approval_request_id=approval_request.id, metrics=metrics
     )
-
-
-_TOOL_KINDS: dict[str, ToolKind] = {"python": "code_interpreter", "browser": "web_search"}
 
 
 async def _run_tool(
     job: Job,
     toolbox: Toolbox,
     call: ToolCall,
+    tool: BuiltinTool,
     *,
     approval_request_id: str | None = None,
     metrics: Metrics | None = None,
 ) -> str:
-    """Run the call, finish its item, and return the text the model reads next."""
+    """Run the call of ``tool``, finish its item, and return the text the model reads next."""
     error: dict[str, object] | None = None
     outcome: ToolOutcome = "ok"
     started = time.perf_counter()
@@ -438,7 +441,7 @@ async def _run_tool(
         text, ok = str(failure), False
         outcome = "timeout" if failure.code == REQUEST_TIMEOUT else "failed"
         error = {"type": "mcp_protocol_error", "code": failure.code, "message": text}
-    kind = _TOOL_KINDS.get(call.kind, "mcp")
+    kind = tool.metrics_label
     if metrics is not None:
         metrics.tool_call(kind, outcome, time.perf_counter() - started)
     job.builder.finish_tool_call(text, ok=ok, error=error, approval_request_id=approval_request_id)
@@ -456,9 +459,8 @@ async def _run_tool(
     return text
 
 
-def _tool_result_tokens(call: ToolCall, output: str) -> list[int]:
-    channel = "analysis" if call.kind in ("python", "browser") else "commentary"
-    return render_tool_result(call.recipient, output, channel=channel)
+def _tool_result_tokens(call: ToolCall, tool: BuiltinTool, output: str) -> list[int]:
+    return render_tool_result(call.recipient, output, channel=tool.harmony.channel)
 
 
 def _error(message: str) -> ErrorInfo:

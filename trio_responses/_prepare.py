@@ -21,16 +21,15 @@ from .harmony.fit import render_request_prompt
 from .harmony.prompt import PromptTools, ToolNamespace, tool_description
 from .protocol.ids import IdPrefix, new_id
 from .protocol.request import (
-    CodeInterpreterTool,
     CreateRequest,
     InputItem,
     McpApprovalRequestItem,
     McpApprovalResponseItem,
     McpListToolsItem,
     MessageItem,
-    WebSearchTool,
     parse_input_item,
 )
+from .tools.builtin import requested_namespaces
 from .tools.pool import ToolServerPool
 from .tools.toolbox import McpServerUse, check_request_tools
 
@@ -196,8 +195,7 @@ def _plan(request: CreateRequest, items: list[InputItem], date: str) -> PromptPl
         items=items,
         date=date,
         tools=PromptTools(
-            python=not hidden and any(isinstance(t, CodeInterpreterTool) for t in request.tools),
-            browser=not hidden and any(isinstance(t, WebSearchTool) for t in request.tools),
+            builtin=frozenset() if hidden else requested_namespaces(request.tools),
             namespaces=tuple(namespaces),
         ),
         to_list=tuple(to_list),

@@ -228,8 +228,8 @@ _SERVE_OPTIONS = (
         "--tool-server",
         "tool_servers",
         "MCP server to keep connected: LABEL=URL or LABEL=stdio:COMMAND; 'python' backs "
-        "code_interpreter, 'browser' backs web_search (repeatable; comma-separated in the "
-        "variable)",
+        "the code interpreter, 'browser' backs web search (repeatable; comma-separated in "
+        "the variable)",
         repeat=True,
     ),
     _Option(

@@ -11,6 +11,8 @@ from trio_responses.harmony.prompt import PromptTools, build_conversation, rende
 from trio_responses.protocol.request import parse_create_request
 
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+PYTHON = PromptTools(builtin=frozenset({"python"}))
+BROWSER = PromptTools(builtin=frozenset({"browser"}))
 
 
 def _plan(prompt_tools: PromptTools | None = None, **body: Any) -> Script:
@@ -67,21 +69,21 @@ def test_function_call_needs_a_declared_function() -> None:
 
 def test_python_block_needs_the_python_tool() -> None:
     prompt = "run this:\n```python\nprint(6 * 7)\n```"
-    with_tool = _text(_plan(PromptTools(python=True), input=prompt))
+    with_tool = _text(_plan(PYTHON, input=prompt))
     assert with_tool.endswith("<|channel|>analysis to=python code<|message|>print(6 * 7)\n<|call|>")
     assert _text(_plan(input=prompt)).endswith("<|return|>")
 
 
 def test_search_and_mcp_directives() -> None:
-    search = _text(_plan(PromptTools(browser=True), input="search: trio nurseries"))
+    search = _text(_plan(BROWSER, input="search: trio nurseries"))
     assert 'to=browser.search <|constrain|>json<|message|>{"query": "trio nurseries"}<|call|>' in (
         search
     )
-    page = _text(_plan(PromptTools(browser=True), input='browser:open {"id": "https://a.test/"}'))
+    page = _text(_plan(BROWSER, input='browser:open {"id": "https://a.test/"}'))
     assert page.endswith(
         'to=browser.open <|constrain|>json<|message|>{"id": "https://a.test/"}<|call|>'
     )
-    find = _text(_plan(PromptTools(browser=True), input='browser:find {"pattern": "nursery"}'))
+    find = _text(_plan(BROWSER, input='browser:find {"pattern": "nursery"}'))
     assert find.endswith(
         'to=browser.find <|constrain|>json<|message|>{"pattern": "nursery"}<|call|>'
     )

@@ -251,7 +251,7 @@ def test_fitting_gives_what_rendering_each_state_in_turn_gives() -> None:
         if rng.random() < 0.3:
             body["max_output_tokens"] = rng.choice([16, 50, 100, 1000, 10_000])
         request = parse_create_request(body)
-        tools = PromptTools(python=rng.random() < 0.3)
+        tools = PromptTools(builtin=frozenset({"python"} if rng.random() < 0.3 else ()))
         results = {f"mcpr_{n}": f"ran {n}" for n in range(4) if rng.random() < 0.2}
         max_model_len = rng.choice([20, 60, 120, 200, 300, 500, 800, 5000])
         history: dict[str, Any] = {"tools": tools, "approval_results": results}
@@ -426,7 +426,11 @@ def test_remembered_system_messages_follow_tools_and_tool_choice() -> None:
         if functions:
             body["tools"] = [FUNCTION]
         request = parse_create_request(body)
-        tools = PromptTools(python=python, browser=browser)
+        tools = PromptTools(
+            builtin=frozenset(
+                name for name, shown in (("python", python), ("browser", browser)) if shown
+            )
+        )
         fitted = render_request_prompt(
             request, request.input_items, date=DATE, max_model_len=4096, tools=tools
         )

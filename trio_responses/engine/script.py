@@ -9,12 +9,12 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
 2. user text T -> analysis ``Thinking about: <T[:80]>``, then the first
    directive found in T:
 
-   * a fenced ```` ```python ```` block (python tool enabled) -> a python call;
    * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
-   * ``mcp:LABEL.TOOL {json}`` (TOOL declared in namespace LABEL) -> a ``LABEL.TOOL`` call;
-   * ``search:QUERY`` (browser enabled) -> ``browser.search`` ``{"query": QUERY}``;
-   * ``browser:COMMAND {json}`` (browser enabled, COMMAND ``open`` or ``find``) -> a
-     ``browser.COMMAND`` call with those arguments;
+   * a built-in tool's directive (`tools.builtin`: its ``script``), when the tool is
+     shown in the system message or, for an MCP server's tool, declared in its
+     namespace -> that call: a fenced ```` ```python ```` block a ``python`` call,
+     ``search:QUERY`` ``browser.search`` ``{"query": QUERY}``, ``browser:open|find
+     {json}`` that browser call, ``mcp:LABEL.TOOL {json}`` a ``LABEL.TOOL`` call;
    * ``tokens:N`` -> a final answer of exactly N tokens;
    * ``fail:N`` -> the engine fails after N tokens;
    * T starts with ``Summarize the conversation so far`` (the compaction
@@ -39,7 +39,8 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
 
    Without a constraint, a prefilled final header gets the unconstrained
    answer and a call header its directive's arguments (``{}`` without one;
-   for ``python`` the fenced block, else a ``print`` of the answer).
+   for a ``code`` tool its directive's body, else the tool's ``default_body``
+   of the answer: ``python`` prints it).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from .._exceptions import EngineError
 from ..harmony.encoding import get_encoding, special_tokens
 from ..harmony.long_text import encode_text
 from ..harmony.steering import parse_header
+from ..tools.builtin import BUILTIN_TOOLS, NAMESPACES, BuiltinTool, json_object_at
 from .base import ChoiceConstraint, OutputConstraint
 from .schema_instance import MISSING, SchemaInstanceError, SchemaTooLargeError, dumps, instance
 
@@ -74,18 +76,22 @@ class Script:
 class _Prompt:
     last_role: Role | None
     last_text: str
-    python: bool
-    browser: bool
+    builtin: frozenset[str]
+    """The built-in tools' namespaces shown in the system message."""
     functions: frozenset[str]
     namespaces: dict[str, frozenset[str]]
     """Tool names declared in each MCP namespace."""
 
+    def allows(self, tool: BuiltinTool, recipient: str) -> bool:
+        """Whether the prompt lets the model call ``recipient`` of ``tool``."""
+        namespace = tool.harmony.namespace
+        if namespace is not None:
+            return namespace in self.builtin
+        label, _, name = recipient.partition(".")
+        return name in self.namespaces.get(label, ())
 
-_PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+
 _CALL = re.compile(r"call:([A-Za-z0-9_-]+)[ \t]*")
-_MCP = re.compile(r"mcp:([A-Za-z0-9_-]+)\.([A-Za-z0-9_.-]+)[ \t]*")
-_SEARCH = re.compile(r"search:[ \t]*([^\n]+)")
-_BROWSER = re.compile(r"browser:(open|find)[ \t]*")
 _TOKENS = re.compile(r"tokens:(\d+)")
 _FAIL = re.compile(r"fail:(\d+)")
 _DELAY = re.compile(r"delay:(\d+)")
@@ -172,30 +178,21 @@ def _summary(prompt_tokens: Sequence[int]) -> str:
 
 def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]:
     found: list[tuple[int, tuple[int, ...], int | None]] = []
-    if prompt.python and (match := _PYTHON_BLOCK.search(text)):
-        found.append((match.start(), _call("analysis", "python", match.group(1), "code"), None))
-    for call in (
-        _json_call(
-            text,
-            _CALL,
-            "commentary",
-            lambda m: f"functions.{m[1]}" if m[1] in prompt.functions else None,
-        ),
-        _json_call(
-            text,
-            _MCP,
-            "commentary",
-            lambda m: f"{m[1]}.{m[2]}" if m[2] in prompt.namespaces.get(m[1], ()) else None,
-        ),
-        _json_call(
-            text, _BROWSER, "analysis", lambda m: f"browser.{m[1]}" if prompt.browser else None
-        ),
-    ):
-        if call is not None:
-            found.append(call)
-    if prompt.browser and (match := _SEARCH.search(text)):
-        arguments = json.dumps({"query": match.group(1).strip()})
-        found.append((match.start(), _call("analysis", "browser.search", arguments, "json"), None))
+    call = _json_call(
+        text,
+        _CALL,
+        "commentary",
+        lambda m: f"functions.{m[1]}" if m[1] in prompt.functions else None,
+    )
+    if call is not None:
+        found.append(call)
+    calls = _builtin_calls(text, prompt)
+    if calls:
+        position, tool, recipient, body = calls[0]
+        harmony = tool.harmony
+        found.append(
+            (position, _call(harmony.channel, recipient, body, harmony.content_type), None)
+        )
     if match := _TOKENS.search(text):
         found.append((match.start(), _final_of_length(int(match.group(1))), None))
     if match := _FAIL.search(text):
@@ -216,20 +213,23 @@ def _json_call(
 ) -> tuple[int, tuple[int, ...], None] | None:
     """The first ``directive`` followed by a JSON object whose ``recipient`` exists, as a call."""
     for match in directive.finditer(text):
-        arguments = _json_at(text, match.end())
+        arguments = json_object_at(text, match.end())
         name = recipient(match)
         if name is not None and arguments is not None:
             return match.start(), _call(channel, name, arguments, "json"), None
     return None
 
 
-def _json_at(text: str, position: int) -> str | None:
-    """The JSON object text starting at ``position``, if there is one."""
-    try:
-        value, end = json.JSONDecoder().raw_decode(text, position)
-    except json.JSONDecodeError:
-        return None
-    return text[position:end] if isinstance(value, dict) else None
+def _builtin_calls(text: str, prompt: _Prompt) -> list[tuple[int, BuiltinTool, str, str]]:
+    """(position, tool, recipient, body) of every built-in tool call the directives in
+    ``text`` ask for and the prompt allows, in the order of the text."""
+    found = [
+        (position, tool, recipient, body)
+        for tool in BUILTIN_TOOLS
+        for position, recipient, body in tool.script.find(text)
+        if prompt.allows(tool, recipient)
+    ]
+    return sorted(found, key=lambda entry: entry[0])
 
 
 # -- reading the prompt -----------------------------------------------------------
@@ -252,8 +252,7 @@ def _read_prompt(prompt_tokens: Sequence[int]) -> _Prompt:
     return _Prompt(
         last_role=Role.TOOL if last_role == "tool" else Role(last_role) if last_role else None,
         last_text=last_text,
-        python="\n## python\n" in system,
-        browser="\n## browser\n" in system,
+        builtin=frozenset(name for name in NAMESPACES if f"\n## {name}\n" in system),
         functions=functions,
         namespaces=namespaces,
     )
@@ -358,33 +357,36 @@ def _constrained(
             body = "{}"
     elif recipient is None:
         body = said
-    elif recipient == "python":
-        block = _PYTHON_BLOCK.search(text)
-        body = block.group(1) if block else f"print({said!r})\n"
     else:
         arguments = _directive_arguments(text, recipient, prompt)
-        body = "{}" if arguments is MISSING else json.dumps(arguments)
+        default_body = _default_body(recipient)
+        if isinstance(arguments, str):  # a code tool's directive
+            body = arguments
+        elif arguments is MISSING and default_body is not None:
+            body = default_body(said)
+        else:
+            body = "{}" if arguments is MISSING else json.dumps(arguments)
     return (*_text(body), special.call if recipient is not None else special.return_)
 
 
 def _directives(text: str, prompt: _Prompt) -> list[tuple[int, str, object]]:
-    """(position, recipient, arguments) of every tool directive in ``text``."""
+    """(position, recipient, arguments) of every tool directive in ``text``: a code
+    tool's arguments are its body, a JSON tool's the decoded object."""
     found: list[tuple[int, str, object]] = []
-    names: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
-        (_CALL, lambda m: f"functions.{m[1]}"),
-        (_MCP, lambda m: f"{m[1]}.{m[2]}"),
-        (_BROWSER, lambda m: f"browser.{m[1]}"),
-    )
-    for pattern, name in names:
-        for match in pattern.finditer(text):
-            raw = _json_at(text, match.end())
-            if raw is not None:
-                found.append((match.start(), name(match), json.loads(raw)))
-    if search := _SEARCH.search(text):
-        found.append((search.start(), "browser.search", {"query": search.group(1).strip()}))
-    if prompt.python and (block := _PYTHON_BLOCK.search(text)):
-        found.append((block.start(), "python", block.group(1)))
+    for match in _CALL.finditer(text):
+        raw = json_object_at(text, match.end())
+        if raw is not None:
+            found.append((match.start(), f"functions.{match[1]}", json.loads(raw)))
+    for position, tool, recipient, body in _builtin_calls(text, prompt):
+        code = tool.harmony.content_type == "code"
+        found.append((position, recipient, body if code else json.loads(body)))
     return sorted(found, key=lambda entry: entry[0])
+
+
+def _default_body(recipient: str) -> Callable[[str], str] | None:
+    """The ``default_body`` of the built-in tool whose namespace ``recipient`` is in."""
+    tool = NAMESPACES.get(recipient.partition(".")[0])
+    return tool.script.default_body if tool is not None else None
 
 
 def _directive_arguments(text: str, recipient: str, prompt: _Prompt) -> object:

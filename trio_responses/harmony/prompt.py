@@ -1,7 +1,7 @@
 """Request and input items -> harmony `Conversation` -> prompt tokens (sans-IO).
 
-The conversation is: a system message (reasoning effort, date, built-in tool
-namespaces), a developer message (instructions, function tools, MCP tool
+The conversation is: a system message (reasoning effort, date, the namespaces of
+built-in tools: `tools.builtin`), a developer message (instructions, function tools, MCP tool
 namespaces) when there is anything to say, then the input items in order.
 Fitting it into the context window (``truncation``) is `fit.render_request_prompt`'s job.
 """
@@ -27,7 +27,6 @@ from openai_harmony import (
 from .._exceptions import InvalidRequestError
 from ..protocol.codec import encode_ascii_json
 from ..protocol.request import (
-    CodeInterpreterCallItem,
     CreateRequest,
     FormatJsonObject,
     FormatJsonSchema,
@@ -41,6 +40,7 @@ from ..protocol.request import (
     ReasoningItem,
     ToolChoiceFunction,
 )
+from ..tools.builtin import NAMESPACES, tool_of_call_item
 from .encoding import get_encoding
 
 _EFFORT = {
@@ -63,8 +63,8 @@ class ToolNamespace:
 class PromptTools:
     """What the model may call, decided by the request and the server's tools."""
 
-    python: bool = False
-    browser: bool = False
+    builtin: frozenset[str] = frozenset()
+    """The namespaces of the built-in tools shown in the system message (``python``)."""
     namespaces: Sequence[ToolNamespace] = field(default_factory=tuple)
 
 
@@ -111,13 +111,14 @@ class SystemSettings:
 
     effort: str
     date: str
-    python: bool
-    browser: bool
+    tools: tuple[str, ...]
+    """The namespaces of the built-in tools shown, in the registry's order."""
 
     @classmethod
     def of(cls, request: CreateRequest, *, date: str, tools: PromptTools) -> SystemSettings:
-        shown = request.tool_choice != "none"
-        return cls(request.reasoning_effort, date, tools.python and shown, tools.browser and shown)
+        hidden = request.tool_choice == "none"
+        shown = () if hidden else tuple(name for name in NAMESPACES if name in tools.builtin)
+        return cls(request.reasoning_effort, date, shown)
 
     def message(self) -> Message:
         system = (
@@ -125,10 +126,10 @@ class SystemSettings:
             .with_reasoning_effort(_EFFORT[self.effort])
             .with_conversation_start_date(self.date)
         )
-        if self.python:
-            system = system.with_python_tool()
-        if self.browser:
-            system = system.with_browser_tool()
+        for namespace in self.tools:
+            show = NAMESPACES[namespace].harmony.system
+            if show is not None:
+                system = show(system)
         return Message.from_role_and_content(Role.SYSTEM, system)
 
 
@@ -269,23 +270,19 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
         return [_call_message(f"functions.{item.name}", item.arguments, "commentary", "json")]
     if isinstance(item, FunctionCallOutputItem):
         return [_tool_message(f"functions.{function_name}", item.text(), "commentary")]
-    if isinstance(item, CodeInterpreterCallItem):
-        logs = "".join(
-            str(output.get("logs", "")) for output in item.outputs or [] if isinstance(output, dict)
-        )
+    tool = tool_of_call_item(item.type or "")
+    shown = tool.harmony.history(item) if tool is not None else None
+    if tool is not None and shown is not None:
+        # A built-in tool's call and what it answered.
+        recipient, call, output = shown
+        harmony = tool.harmony
         return [
-            _call_message("python", item.code or "", "analysis", "code"),
-            _tool_message("python", logs, "analysis"),
-        ]
-    if isinstance(item, McpCallItem):
-        recipient = f"{item.server_label}.{item.name}"
-        return [
-            _call_message(recipient, item.arguments, "commentary", "json"),
-            _tool_message(recipient, item.result_text(), "commentary"),
+            _call_message(recipient, call, harmony.channel, harmony.content_type),
+            _tool_message(recipient, output, harmony.channel),
         ]
     # mcp_list_tools and approval requests carry no conversation text (tool lists
-    # are in the namespaces; a request is rendered with its response); web search
-    # calls keep no results to show.
+    # are in the namespaces; a request is rendered with its response), nor do the
+    # calls of tools that keep no results to show.
     return []
 
 

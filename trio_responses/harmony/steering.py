@@ -33,15 +33,11 @@ from ..protocol.request import (
     ToolChoiceHosted,
     ToolChoiceMcp,
 )
+from ..tools.builtin import NAMESPACES, BuiltinTool, tool_for_choice
 from .encoding import get_encoding, special_tokens
 from .prompt import PromptTools
 
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
-BROWSER_SEARCH: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {"query": {"type": "string"}},
-    "required": ["query"],
-}
 
 
 @dataclass(frozen=True)
@@ -172,7 +168,8 @@ def steering_for(request: CreateRequest, tools: PromptTools, *, forced: bool) ->
                 and (choice.name is None or t.recipient == prefix + choice.name)
             )
         elif isinstance(choice, ToolChoiceHosted):
-            wanted = "python" if choice.type == "code_interpreter" else "browser.search"
+            call = tool_for_choice(choice.type).harmony.forced
+            wanted = call.recipient if call is not None else None
             targets = tuple(t for t in every if t.recipient == wanted)
     return Steering(final_schema=final_schema, targets=targets)
 
@@ -182,10 +179,10 @@ def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
         Target(f"functions.{tool.name}", "commentary", "json", tool.parameters or ANY_OBJECT)
         for tool in request.function_tools
     ]
-    if tools.python:
-        targets.append(Target("python", "analysis", "code"))
-    if tools.browser:
-        targets.append(Target("browser.search", "analysis", "json", BROWSER_SEARCH))
+    for name, builtin in NAMESPACES.items():
+        target = _forced_target(builtin) if name in tools.builtin else None
+        if target is not None:
+            targets.append(target)
     for namespace in tools.namespaces:
         for tool in namespace.tools:
             schema = tool.parameters if isinstance(tool.parameters, Mapping) else None
@@ -193,6 +190,14 @@ def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
                 Target(f"{namespace.name}.{tool.name}", "commentary", "json", schema or ANY_OBJECT)
             )
     return targets
+
+
+def _forced_target(tool: BuiltinTool) -> Target | None:
+    """The call of ``tool`` that ``tool_choice`` forces (None: it has none)."""
+    forced, harmony = tool.harmony.forced, tool.harmony
+    if forced is None:
+        return None
+    return Target(forced.recipient, harmony.channel, harmony.content_type, forced.schema)
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -7,15 +7,15 @@ item, ``<|end|>``/``<|call|>``/``<|return|>`` close it) and reads only the
 parser's `current_channel`, `current_recipient` and `last_content_delta`.
 
 A message addressed to a tool becomes the item for that tool, chosen by the
-``router``: ``functions.X`` a function call, ``python`` a code interpreter
-call, ``browser.*`` a web search, ``LABEL.TOOL`` an MCP call (or, when the
-call needs the user's approval, an approval request once the arguments are
-complete). The turn then ends with a `ToolCall` for the caller to act on.
+``router``: ``functions.X`` a function call, a built-in tool's recipient
+(``python``, ``browser.search``, ``LABEL.TOOL`` of an MCP server) that tool's call
+item (`tools.builtin`), or, when an MCP call needs the user's approval, an
+approval request once the arguments are complete. The turn then ends with a
+`ToolCall` for the caller to act on.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -23,12 +23,16 @@ from typing import Literal
 from openai_harmony import HarmonyError
 
 from ..protocol.builder import ResponseBuilder
+from ..tools.builtin import BuiltinTool
 from .encoding import special_tokens
 from .stream_parser import StreamParser
 
-RecipientKind = Literal["function", "python", "browser", "mcp", "mcp_approval", "unknown"]
+RecipientKind = Literal["function", "builtin", "mcp_approval", "unknown"]
 
-Router = Callable[[str], RecipientKind]
+Route = BuiltinTool | Literal["function", "mcp_approval", "unknown"]
+"""Where a recipient goes: a built-in tool, or another `RecipientKind`."""
+
+Router = Callable[[str], Route]
 
 
 class MalformedOutput(Exception):
@@ -39,15 +43,17 @@ class MalformedOutput(Exception):
 class ToolCall:
     """A finished tool-call message: who it is for and what it says.
 
-    For ``python``, ``browser`` and ``mcp`` the builder's item is still open,
-    waiting for the result; for ``function`` and ``mcp_approval`` it is done
-    (``item_id`` names the function call or the approval request).
+    For a ``builtin`` call (of ``tool``) the builder's item is still open, waiting
+    for the result; for ``function`` and ``mcp_approval`` it is done (``item_id``
+    names the function call or the approval request).
     """
 
     kind: RecipientKind
     recipient: str
     arguments: str
     item_id: str
+    tool: BuiltinTool | None = None
+    """The built-in tool called (``builtin``); None for the other kinds."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class TurnOutcome:
     call: ToolCall | None = None
 
 
-def default_router(recipient: str) -> RecipientKind:
+def default_router(recipient: str) -> Route:
     return "function" if recipient.startswith("functions.") else "unknown"
 
 
@@ -77,11 +83,11 @@ class TurnTranslator:
         "_captured",
         "_closing",
         "_done",
-        "_kind",
         "_message",
         "_parser",
         "_recipient",
         "_returned",
+        "_route",
         "_router",
         "_structural",
         "reasoning_tokens",
@@ -97,7 +103,7 @@ class TurnTranslator:
         self._closing = {special.end: "end", special.call: "call", special.return_: "return"}
         self._structural = special.structural
         self._recipient: str | None = None
-        self._kind: RecipientKind | None = None
+        self._route: Route | None = None
         self._captured: list[str] | None = None  # arguments of a call awaiting approval
         self._call: ToolCall | None = None
         self._returned = False
@@ -174,7 +180,7 @@ class TurnTranslator:
         builder = self._builder
         if recipient is None or recipient in ("", "assistant"):
             self._recipient = None
-            self._kind = None
+            self._route = None
             if channel == "analysis":
                 builder.open_reasoning()
             elif channel == "commentary":
@@ -182,31 +188,26 @@ class TurnTranslator:
             else:
                 builder.open_message(phase="final_answer")
             return
-        kind = self._router(recipient)
-        if kind == "unknown":
+        route = self._router(recipient)
+        if route == "unknown":
             raise MalformedOutput(
                 f"the model called {recipient!r}, which is not a tool of this request"
             )
         self._recipient = recipient
-        self._kind = kind
-        if kind == "function":
+        self._route = route
+        if isinstance(route, BuiltinTool):
+            builder.open_tool_call(route.item, recipient)
+        elif route == "function":
             builder.open_function_call(recipient.removeprefix("functions."))
-        elif kind == "python":
-            builder.open_code_interpreter_call(container_id="python")
-        elif kind == "browser":
-            builder.open_web_search_call()
-        elif kind == "mcp":
-            label, _, tool = recipient.partition(".")
-            builder.open_mcp_call(label, tool)
         else:
             self._captured = []
 
     def _close_item(self, how: str) -> None:
         builder = self._builder
-        recipient, kind = self._recipient, self._kind
-        self._recipient = self._kind = None
-        if recipient is not None and kind is not None:
-            self._call = self._finish_call(kind, recipient)
+        recipient, route = self._recipient, self._route
+        self._recipient = self._route = None
+        if recipient is not None and route is not None:
+            self._call = self._finish_call(route, recipient)
             if how != "end":
                 self._done = True
             return
@@ -223,41 +224,17 @@ class TurnTranslator:
         elif how == "call":
             self._done = True
 
-    def _finish_call(self, kind: RecipientKind, recipient: str) -> ToolCall:
+    def _finish_call(self, route: Route, recipient: str) -> ToolCall:
         builder = self._builder
-        if kind == "mcp_approval":
+        if isinstance(route, BuiltinTool):
+            open_item_id = builder.open_item_id
+            arguments = builder.end_tool_input()
+            return ToolCall("builtin", recipient, arguments, open_item_id, tool=route)
+        if route == "mcp_approval":
             arguments = "".join(self._captured or [])
             self._captured = None
             label, _, tool = recipient.partition(".")
             item_id = builder.add_mcp_approval_request(label, tool, arguments)
-            return ToolCall(kind, recipient, arguments, item_id)
-        if kind == "function":
-            item = builder.close_item("completed")
-            return ToolCall(kind, recipient, str(item["arguments"]), str(item["id"]))
-        open_item_id = builder.open_item_id
-        arguments = builder.end_tool_input(action=_web_action(recipient, builder.open_text))
-        return ToolCall(kind, recipient, arguments, open_item_id)
-
-
-def _web_action(recipient: str, arguments: str) -> dict[str, object] | None:
-    """The ``action`` of a web search item, from the browser call's arguments."""
-    if not recipient.startswith("browser."):
-        return None
-    try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        parsed = {}
-    if not isinstance(parsed, dict):
-        parsed = {}
-    command = recipient.removeprefix("browser.")
-    if command == "open":
-        url = parsed.get("id", parsed.get("url"))
-        return {"type": "open_page", "url": url if isinstance(url, str) else None}
-    if command == "find":
-        return {
-            "type": "find_in_page",
-            "pattern": str(parsed.get("pattern", "")),
-            "url": str(parsed.get("url", parsed.get("cursor", ""))),
-        }
-    query = parsed.get("query")
-    return {"type": "search", "query": query if isinstance(query, str) else None}
+            return ToolCall("mcp_approval", recipient, arguments, item_id)
+        item = builder.close_item("completed")
+        return ToolCall("function", recipient, str(item["arguments"]), str(item["id"]))

@@ -9,6 +9,9 @@ already carrying its ``sequence_number``: events are encoded exactly once.
 
 The per-token step (`delta`) escapes one string and joins three byte strings:
 its cost does not depend on how long the response already is.
+
+A built-in tool's call item is streamed as its descriptor's `ToolItem` says
+(`tools.builtin`): the builder knows the shape of each step, not the tools.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..tools.builtin import ToolItem, tool_for_param
 from .codec import (
     DeltaPrefix,
     delta_frame,
@@ -28,7 +32,7 @@ from .codec import (
 from .errors import ErrorInfo
 from .ids import new_id
 from .lifecycle import TERMINAL, TERMINAL_EVENT, Status, check_transition
-from .request import CreateRequest, FunctionTool, McpTool
+from .request import CreateRequest, FunctionTool
 
 Event = dict[str, Any]
 Emit = Callable[[bytes], None]
@@ -38,16 +42,11 @@ _DELTA_TYPES = {
     "message": "response.output_text.delta",
     "reasoning": "response.reasoning_text.delta",
     "function_call": "response.function_call_arguments.delta",
-    "code_interpreter_call": "response.code_interpreter_call_code.delta",
-    "mcp_call": "response.mcp_call_arguments.delta",
 }
-"""Items whose streamed text has a delta event (a web search's arguments have none)."""
+"""The delta events of items that are no tool call (a tool's: `ToolItem.input_delta`)."""
 
-ItemKind = Literal[
-    "reasoning", "message", "function_call", "code_interpreter_call", "web_search_call", "mcp_call"
-]
-ToolItemKind = Literal["code_interpreter_call", "web_search_call", "mcp_call"]
-"""Items that stay open while their tool runs: input first, then the result."""
+ItemKind = str
+"""``reasoning``, ``message``, ``function_call``, or a built-in tool's item type."""
 ItemStatus = Literal["completed", "incomplete", "failed"]
 
 
@@ -78,6 +77,10 @@ class _OpenItem:
     prefix: DeltaPrefix | None
     parts: list[str] = field(default_factory=list)
     input_done: bool = False
+    tool: ToolItem | None = None
+    """A built-in tool's call: the item stays open while the tool runs."""
+    recipient: str = ""
+    """The tool call's recipient (``browser.search``)."""
 
 
 def request_echo(request: CreateRequest) -> dict[str, Any]:
@@ -128,10 +131,11 @@ def _text_echo(request: CreateRequest) -> dict[str, Any]:
 
 
 def _tool_echo(tool: Any) -> dict[str, Any]:
-    if isinstance(tool, McpTool):
+    builtin = tool_for_param(tool)
+    if builtin is not None and builtin.echo_exclude:
         # Credentials are used for the call and never stored or echoed.
         echoed: dict[str, Any] = tool.model_dump(
-            exclude_none=True, exclude={"headers", "authorization"}
+            exclude_none=True, exclude=set(builtin.echo_exclude)
         )
         return echoed
     if isinstance(tool, FunctionTool):
@@ -398,9 +402,11 @@ class ResponseBuilder:
         elif open_item.kind == "function_call":
             self._event({"type": "response.function_call_arguments.done", **ref, "arguments": text})
             item["arguments"] = text
-        elif not open_item.input_done:
+        elif open_item.tool is not None and not open_item.input_done:
             # A tool call cut short (token budget, cancellation): keep what was written.
-            self._set_tool_input(open_item, text)
+            field_name = open_item.tool.input_field
+            if field_name is not None:
+                item[field_name] = text
         item["status"] = status
         self._event(
             {
@@ -413,61 +419,34 @@ class ResponseBuilder:
 
     # -- tool items: open, input streamed, input done, result -----------------------------
 
-    def open_code_interpreter_call(self, container_id: str) -> None:
-        item = {
-            "id": new_id("ci"),
-            "type": "code_interpreter_call",
-            "status": "in_progress",
-            "code": "",
-            "container_id": container_id,
-            "outputs": None,
-        }
-        self._add("code_interpreter_call", item, part=None)
-        self._tool_event("response.code_interpreter_call.in_progress")
+    def open_tool_call(self, tool: ToolItem, recipient: str) -> None:
+        """Open the item of a built-in tool's call of ``recipient``; the model's text
+        follows as `delta`, then `end_tool_input` and `finish_tool_call`."""
+        self._add(tool.type, tool.new(recipient), part=None, tool=tool, recipient=recipient)
+        self._tool_event(tool.in_progress)
 
-    def open_web_search_call(self) -> None:
-        item = {
-            "id": new_id("ws"),
-            "type": "web_search_call",
-            "status": "in_progress",
-            "action": {"type": "search"},
-        }
-        self._add("web_search_call", item, part=None)
-        self._tool_event("response.web_search_call.in_progress")
-
-    def open_mcp_call(self, server_label: str, name: str) -> None:
-        item = {
-            "id": new_id("mcp"),
-            "type": "mcp_call",
-            "server_label": server_label,
-            "name": name,
-            "arguments": "",
-            "status": "in_progress",
-        }
-        self._add("mcp_call", item, part=None)
-        self._tool_event("response.mcp_call.in_progress")
-
-    def end_tool_input(self, *, action: dict[str, Any] | None = None) -> str:
+    def end_tool_input(self) -> str:
         """The model finished writing the open tool call's input; returns it.
 
-        Emits ``code_interpreter_call_code.done`` + ``.interpreting``,
-        ``web_search_call.searching`` (with ``action``), or
-        ``mcp_call_arguments.done``. The item stays open for `finish_tool_call`.
+        Sets the item's input (or its ``action``) and emits the tool's
+        ``input_done`` and ``running`` events. The item stays open for
+        `finish_tool_call`.
         """
-        open_item = self._require_tool_item()
+        open_item, tool = self._require_tool_item()
         text = "".join(open_item.parts)
         open_item.input_done = True
-        self._set_tool_input(open_item, text, action=action)
-        ref = {"item_id": open_item.item["id"], "output_index": open_item.index}
-        if open_item.kind == "code_interpreter_call":
-            self._event({"type": "response.code_interpreter_call_code.done", **ref, "code": text})
-            open_item.item["status"] = "interpreting"
-            self._tool_event("response.code_interpreter_call.interpreting")
-        elif open_item.kind == "web_search_call":
-            open_item.item["status"] = "searching"
-            self._tool_event("response.web_search_call.searching")
-        else:
-            self._event({"type": "response.mcp_call_arguments.done", **ref, "arguments": text})
+        item = open_item.item
+        if tool.input_field is not None:
+            item[tool.input_field] = text
+            if tool.input_done is not None:
+                ref = {"item_id": item["id"], "output_index": open_item.index}
+                self._event({"type": tool.input_done, **ref, tool.input_field: text})
+        elif tool.action is not None:
+            item["action"] = tool.action(open_item.recipient, text)
+        if tool.running is not None:
+            status, event = tool.running
+            item["status"] = status
+            self._tool_event(event)
         return text
 
     def finish_tool_call(
@@ -483,27 +462,13 @@ class ResponseBuilder:
         ``output`` is what the tool said (or the failure, as text); ``error`` is
         the structured ``mcp_call.error`` of a failed MCP call.
         """
-        open_item = self._require_tool_item()
-        item = open_item.item
-        kind = open_item.kind
-        if kind == "code_interpreter_call":
-            item["outputs"] = [{"type": "logs", "logs": output}]
-            if ok:
-                self._tool_event("response.code_interpreter_call.completed")
-        elif kind == "web_search_call":
-            if ok:
-                self._tool_event("response.web_search_call.completed")
-        else:
-            if approval_request_id is not None:
-                item["approval_request_id"] = approval_request_id
-            if ok:
-                item["output"] = output
-            else:
-                item["error"] = error or {
-                    "type": "mcp_tool_execution_error",
-                    "content": [{"type": "text", "text": output}],
-                }
-            self._tool_event("response.mcp_call.completed" if ok else "response.mcp_call.failed")
+        open_item, tool = self._require_tool_item()
+        tool.record_result(
+            open_item.item, output, ok=ok, error=error, approval_request_id=approval_request_id
+        )
+        event = tool.completed if ok else tool.failed
+        if event is not None:
+            self._tool_event(event)
         return self.close_item("completed" if ok else "failed")
 
     def add_mcp_approval_request(self, server_label: str, name: str, arguments: str) -> str:
@@ -561,32 +526,16 @@ class ResponseBuilder:
         )
 
     def _tool_event(self, event_type: str) -> None:
-        open_item = self._require_tool_item()
+        open_item, _ = self._require_tool_item()
         self._event(
             {"type": event_type, "item_id": open_item.item["id"], "output_index": open_item.index}
         )
 
-    def _require_tool_item(self) -> _OpenItem:
+    def _require_tool_item(self) -> tuple[_OpenItem, ToolItem]:
         open_item = self._open
-        if open_item is None or open_item.kind not in (
-            "code_interpreter_call",
-            "web_search_call",
-            "mcp_call",
-        ):
+        if open_item is None or open_item.tool is None:
             raise RuntimeError("no tool call is open")
-        return open_item
-
-    @staticmethod
-    def _set_tool_input(
-        open_item: _OpenItem, text: str, *, action: dict[str, Any] | None = None
-    ) -> None:
-        item = open_item.item
-        if open_item.kind == "code_interpreter_call":
-            item["code"] = text
-        elif open_item.kind == "mcp_call":
-            item["arguments"] = text
-        elif action is not None:
-            item["action"] = action
+        return open_item, open_item.tool
 
     def _add_finished(self, item: dict[str, Any]) -> None:
         if self._open is not None:
@@ -600,7 +549,15 @@ class ResponseBuilder:
             {"type": "response.output_item.done", "output_index": index, "item": dict(item)}
         )
 
-    def _add(self, kind: ItemKind, item: dict[str, Any], *, part: dict[str, Any] | None) -> None:
+    def _add(
+        self,
+        kind: ItemKind,
+        item: dict[str, Any],
+        *,
+        part: dict[str, Any] | None,
+        tool: ToolItem | None = None,
+        recipient: str = "",
+    ) -> None:
         if self._open is not None:
             raise RuntimeError(f"cannot open a {kind} item while a {self._open.kind} is open")
         index = len(self.output)
@@ -610,9 +567,9 @@ class ResponseBuilder:
             fields["content_index"] = 0
         if kind == "message":
             fields["logprobs"] = []
-        delta_type = _DELTA_TYPES.get(kind)
+        delta_type = _DELTA_TYPES.get(kind) if tool is None else tool.input_delta
         prefix = delta_prefix(delta_type, fields) if delta_type is not None else None
-        self._open = _OpenItem(kind, index, item, prefix)
+        self._open = _OpenItem(kind, index, item, prefix, tool=tool, recipient=recipient)
         self._event(
             {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
         )

@@ -23,12 +23,16 @@ not define, which records written by earlier versions may carry
 
 Bodies are decoded by `json_body.decode_json_body`; JSON Schemas are checked by
 `json_schema`, an ``mcp`` tool's headers by `mcp_headers`.
+
+The built-in tools (`tools.builtin`) define their ``tools[]`` entries, their items
+and their ``include`` and ``tool_choice`` values: the unions here are built from
+their descriptors, in the registry's order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     AliasChoices,
@@ -42,9 +46,24 @@ from pydantic import (
 )
 
 from .._exceptions import InvalidRequestError
+from ..tools.builtin import (
+    BUILTIN_TOOLS,
+    BuiltinItem,
+    BuiltinToolParam,
+    literal_values,
+    tool_for_param,
+)
+
+# The MCP models live with the MCP tool; the package imports them from here.
+from ..tools.builtin.mcp import McpApprovalFilter as McpApprovalFilter
+from ..tools.builtin.mcp import McpApprovalRequestItem as McpApprovalRequestItem
+from ..tools.builtin.mcp import McpApprovalResponseItem as McpApprovalResponseItem
+from ..tools.builtin.mcp import McpCallItem as McpCallItem
+from ..tools.builtin.mcp import McpListToolsItem as McpListToolsItem
+from ..tools.builtin.mcp import McpTool as McpTool
+from ..tools.builtin.mcp import McpToolFilter as McpToolFilter
 from .json_body import printable_key
 from .json_schema import check_json_schema
-from .mcp_headers import check_mcp_tool
 
 __all__ = [
     "CreateRequest",
@@ -80,12 +99,7 @@ UNSUPPORTED_FIELDS = {
 """OpenAI request fields rejected when set: ignoring them would change the result."""
 
 SUPPORTED_INCLUDES = frozenset(
-    {
-        "code_interpreter_call.outputs",
-        "reasoning.encrypted_content",
-        "web_search_call.action.sources",
-        "web_search_call.results",
-    }
+    {"reasoning.encrypted_content", *(value for tool in BUILTIN_TOOLS for value in tool.includes)}
 )
 
 _STRICT = ConfigDict(strict=True, extra="forbid")
@@ -233,81 +247,6 @@ class ReasoningItem(BaseModel):
         return "".join(part.text for part in self.summary)
 
 
-class CodeInterpreterCallItem(BaseModel):
-    model_config = _STRICT
-    type: Literal["code_interpreter_call"]
-    id: str
-    code: str | None = None
-    container_id: str | None = None
-    outputs: list[dict[str, Any]] | None = None
-    status: str | None = None
-
-
-class WebSearchCallItem(BaseModel):
-    model_config = _STRICT
-    type: Literal["web_search_call"]
-    id: str
-    action: dict[str, Any] | None = None
-    status: str | None = None
-
-
-class McpListToolsItem(BaseModel):
-    model_config = _STRICT
-    type: Literal["mcp_list_tools"]
-    id: str
-    server_label: str
-    tools: list[dict[str, Any]]
-    error: str | None = None
-
-
-class McpCallItem(BaseModel):
-    model_config = _STRICT
-    type: Literal["mcp_call"]
-    id: str
-    server_label: str
-    name: str
-    arguments: str
-    output: str | None = None
-    error: str | dict[str, Any] | None = None
-    approval_request_id: str | None = None
-    status: str | None = None
-
-    def result_text(self) -> str:
-        """What the model read after this call: the output, or the error."""
-        error = self.error
-        if error is None:
-            return self.output or ""
-        if isinstance(error, str):
-            return f"Error: {error}"
-        if "message" in error:
-            return f"Error: {error['message']}"
-        content = error.get("content")
-        texts = (
-            [str(part.get("text", "")) for part in content or [] if isinstance(part, dict)]
-            if isinstance(content, list)
-            else [str(content)]
-        )
-        return "Error: " + "\n".join(texts)
-
-
-class McpApprovalRequestItem(BaseModel):
-    model_config = _STRICT
-    type: Literal["mcp_approval_request"]
-    id: str
-    server_label: str
-    name: str
-    arguments: str
-
-
-class McpApprovalResponseItem(BaseModel):
-    model_config = _STRICT
-    type: Literal["mcp_approval_response"]
-    approval_request_id: str
-    approve: bool
-    id: str | None = None
-    reason: str | None = None
-
-
 class CompactionItem(BaseModel):
     """A compacted conversation (``POST /v1/responses/compact``): its summary is sealed
     in ``encrypted_content``, which the service opens before rendering."""
@@ -338,21 +277,36 @@ def _item_tag(value: Any) -> str | None:
     return getattr(value, "type", None) or "item_reference"
 
 
-InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")]
-    | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")]
-    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
-    | Annotated[WebSearchCallItem, Tag("web_search_call")]
-    | Annotated[McpListToolsItem, Tag("mcp_list_tools")]
-    | Annotated[McpCallItem, Tag("mcp_call")]
-    | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
-    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
-    | Annotated[CompactionItem, Tag("compaction")]
-    | Annotated[ItemReference, Tag("item_reference")],
-    Discriminator(_item_tag),
-]
+if TYPE_CHECKING:
+    InputItem = (
+        MessageItem
+        | FunctionCallItem
+        | FunctionCallOutputItem
+        | ReasoningItem
+        | BuiltinItem
+        | CompactionItem
+        | ItemReference
+    )
+else:
+    # The built-in tools' items between reasoning and compaction.
+    InputItem = Annotated[
+        Union[
+            (
+                Annotated[MessageItem, Tag("message")],
+                Annotated[FunctionCallItem, Tag("function_call")],
+                Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+                Annotated[ReasoningItem, Tag("reasoning")],
+                *(
+                    Annotated[model, Tag(literal_values(model)[0])]
+                    for tool in BUILTIN_TOOLS
+                    for model in tool.input_items
+                ),
+                Annotated[CompactionItem, Tag("compaction")],
+                Annotated[ItemReference, Tag("item_reference")],
+            )
+        ],
+        Discriminator(_item_tag),
+    ]
 
 # -- tools ------------------------------------------------------------------------------
 
@@ -368,55 +322,6 @@ class FunctionTool(BaseModel):
     defer_loading: bool | None = None
     allowed_callers: list[str] | None = None
     output_schema: dict[str, Any] | None = None
-
-
-class CodeInterpreterTool(BaseModel):
-    model_config = _STRICT
-    type: Literal["code_interpreter"]
-    container: str | dict[str, Any] | None = None
-    allowed_callers: list[str] | None = None
-
-
-class WebSearchTool(BaseModel):
-    model_config = _STRICT
-    type: Literal[
-        "web_search",
-        "web_search_2025_08_26",
-        "web_search_preview",
-        "web_search_preview_2025_03_11",
-    ]
-    search_context_size: Literal["low", "medium", "high"] | None = None
-    user_location: dict[str, Any] | None = None
-    filters: dict[str, Any] | None = None
-    search_content_types: list[str] | None = None
-    external_web_access: bool | None = None
-
-
-class McpToolFilter(BaseModel):
-    model_config = _STRICT
-    tool_names: list[str] | None = None
-    read_only: bool | None = None
-
-
-class McpApprovalFilter(BaseModel):
-    model_config = _STRICT
-    always: McpToolFilter | None = None
-    never: McpToolFilter | None = None
-
-
-class McpTool(BaseModel):
-    model_config = _STRICT
-    type: Literal["mcp"]
-    server_label: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-    server_url: str | None = None
-    headers: dict[str, str] | None = None
-    authorization: str | None = None
-    allowed_tools: list[str] | McpToolFilter | None = None
-    require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
-    server_description: str | None = None
-    connector_id: str | None = None
-    defer_loading: bool | None = None
-    allowed_callers: list[str] | None = None
 
 
 class UnsupportedTool(BaseModel):
@@ -436,10 +341,15 @@ class UnsupportedTool(BaseModel):
     ]
 
 
-Tool = Annotated[
-    FunctionTool | CodeInterpreterTool | WebSearchTool | McpTool | UnsupportedTool,
-    Field(discriminator="type"),
-]
+if TYPE_CHECKING:
+    Tool = FunctionTool | BuiltinToolParam | UnsupportedTool
+    HostedChoiceType = str
+else:
+    Tool = Annotated[
+        Union[(FunctionTool, *(tool.param for tool in BUILTIN_TOOLS), UnsupportedTool)],
+        Field(discriminator="type"),
+    ]
+    HostedChoiceType = Literal[tuple(t for tool in BUILTIN_TOOLS for t in tool.choice_types)]
 
 # -- other structured fields ----------------------------------------------------------------
 
@@ -458,8 +368,10 @@ class ToolChoiceMcp(BaseModel):
 
 
 class ToolChoiceHosted(BaseModel):
+    """``{"type": T}`` forcing a call of the built-in tool with choice type T."""
+
     model_config = _STRICT
-    type: Literal["code_interpreter", "web_search_preview", "web_search_preview_2025_03_11"]
+    type: HostedChoiceType
 
 
 ToolChoiceObject = Annotated[
@@ -636,6 +548,11 @@ def check_includes(values: Sequence[str]) -> None:
             )
 
 
+_SUPPORTED_TOOL_TYPES = ", ".join(
+    ["function", *(listed for tool in BUILTIN_TOOLS for listed in tool.listed_types)]
+)
+
+
 def _check_semantics(request: CreateRequest) -> None:
     if request.conversation is not None and request.previous_response_id is not None:
         raise InvalidRequestError(
@@ -654,19 +571,13 @@ def _check_semantics(request: CreateRequest) -> None:
         if isinstance(tool, UnsupportedTool):
             raise InvalidRequestError(
                 f"Tool type {tool.type!r} is not supported by this server. Supported tool "
-                "types: function, code_interpreter, web_search, web_search_preview, mcp.",
+                f"types: {_SUPPORTED_TOOL_TYPES}.",
                 param=f"tools[{index}].type",
                 code="unsupported_value",
             )
-        if isinstance(tool, McpTool) and tool.connector_id is not None:
-            raise InvalidRequestError(
-                "MCP connectors are not supported by this server; use 'server_url' "
-                "or a server configured with --tool-server.",
-                param=f"tools[{index}].connector_id",
-                code="unsupported_parameter",
-            )
-        if isinstance(tool, McpTool):
-            check_mcp_tool(tool, index)
+        builtin = tool_for_param(tool)
+        if builtin is not None and builtin.check is not None:
+            builtin.check(tool, index)
     seen: set[str] = set()
     for index, function in enumerate(request.tools):
         if isinstance(function, FunctionTool):

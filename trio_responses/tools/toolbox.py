@@ -6,9 +6,11 @@ MCP tools, and owns the job's per-request MCP sessions: one `McpSession` per
 ``server_url`` server, opened on first use (in the job's nursery, by its own
 owner task) and closed when the job ends (`aclose`).
 
-Code interpreter calls hold a slot of the response's API key and one of the
-server's while they run (`tools.budget.RunSlots`), when the server runs the
-bundled python tool (``--code-interpreter``).
+A built-in tool's call runs as its descriptor's `Runner` says (`tools.builtin`):
+on the configured tool server of its label, or, for MCP, on the server the
+recipient names. A runner with ``run_slots`` holds a slot of the response's API key
+and one of the server's while it runs (`tools.budget.RunSlots`), when the server
+runs the bundled python tool (``--code-interpreter``).
 
 `check_request_tools` is the part that runs before a job exists: it turns a
 request the server cannot serve into a 400.
@@ -31,25 +33,25 @@ from mcp_types import (
 )
 
 from .._exceptions import InvalidRequestError
-from ..harmony.translator import RecipientKind, ToolCall
+from ..harmony.translator import Route, ToolCall
 from ..metrics import IncDec
 from ..protocol.mcp_headers import mcp_headers
 from ..protocol.request import (
-    CodeInterpreterTool,
     CreateRequest,
     McpApprovalFilter,
     McpTool,
     McpToolFilter,
-    WebSearchTool,
 )
 from .budget import RunsBusy, RunSlots
+from .builtin import NAMESPACES, requested_namespaces, tool_for_param
+from .builtin.mcp import TOOL as MCP
 from .hosts import HostNotAllowed, allowed_hosts
 from .pool import ToolServer, ToolServerPool
 from .session import McpSession, ToolError, ToolInfo, ToolResult, strict_json
 from .transport import connect_checked
 
-BROWSER_COMMANDS = frozenset({"search", "open", "find"})
-RESERVED_LABELS = frozenset({"functions", "python", "browser", "assistant"})
+RESERVED_LABELS = frozenset({"functions", "assistant", *NAMESPACES})
+"""Labels an MCP server cannot have: namespaces of the prompt's own."""
 
 
 def check_request_tools(
@@ -58,16 +60,11 @@ def check_request_tools(
     """Raise `InvalidRequestError` for tools this server cannot provide."""
     labels: set[str] = set()
     for index, tool in enumerate(request.tools):
-        if isinstance(tool, CodeInterpreterTool) and "python" not in pool:
+        builtin = tool_for_param(tool)
+        server = builtin.runner.server if builtin is not None else None
+        if builtin is not None and server is not None and server not in pool:
             raise InvalidRequestError(
-                "code_interpreter needs a python tool server: start the server with "
-                "--code-interpreter (or --tool-server python=URL).",
-                param=f"tools[{index}]",
-            )
-        if isinstance(tool, WebSearchTool) and "browser" not in pool:
-            raise InvalidRequestError(
-                f"{tool.type} needs a browser tool server: start the server with "
-                "--tool-server browser=URL.",
+                builtin.runner.missing.format(type=tool.type),
                 param=f"tools[{index}]",
             )
         if not isinstance(tool, McpTool):
@@ -184,7 +181,7 @@ class Toolbox:
         owner: str | None = None,
     ) -> None:
         self._pool = pool
-        self._python_slots = python_slots
+        self._run_slots = python_slots
         self._owner = owner
         self._open_sessions = open_sessions
         self._allowed = allowed_hosts(tuple(allow_hosts))
@@ -192,27 +189,26 @@ class Toolbox:
         self._timeout_s = tool_timeout_s
         self._close_timeout_s = close_timeout_s
         hidden = request.tool_choice == "none"
-        self.python = not hidden and any(isinstance(t, CodeInterpreterTool) for t in request.tools)
-        self.browser = not hidden and any(isinstance(t, WebSearchTool) for t in request.tools)
+        self.builtin = frozenset() if hidden else requested_namespaces(request.tools)
+        """The namespaces of the built-in tools this response may call."""
         self.mcp = {} if hidden else {t.server_label: McpServerUse.of(t) for t in request.mcp_tools}
         self._sessions: dict[str, McpSession] = {}
 
     # -- routing ---------------------------------------------------------------------
 
-    def route(self, recipient: str) -> RecipientKind:
+    def route(self, recipient: str) -> Route:
         if recipient.startswith("functions."):
             return "function"
-        if recipient == "python" or recipient.startswith("python."):
-            return "python" if self.python else "unknown"
         label, _, name = recipient.partition(".")
-        if label == "browser":
-            return "browser" if self.browser and name in BROWSER_COMMANDS else "unknown"
+        tool = NAMESPACES.get(label)
+        if tool is not None:
+            return tool if label in self.builtin and tool.harmony.calls(recipient) else "unknown"
         server = self.mcp.get(label)
         if server is None or not name:
             return "unknown"
         if server.allows(name) and server.needs_approval(name):
             return "mcp_approval"
-        return "mcp"
+        return MCP
 
     # -- MCP listings ------------------------------------------------------------------
 
@@ -251,14 +247,18 @@ class Toolbox:
         return await self._call(call)
 
     async def _call(self, call: ToolCall) -> ToolResult:
-        if call.kind == "python":
-            return await self._call_python(call.arguments)
-        label, _, name = call.recipient.partition(".")
-        arguments = _arguments(call.arguments)
-        if call.kind == "browser":
-            return await self._configured("browser").call_tool(
-                name, arguments, timeout_s=self._timeout_s
-            )
+        tool = call.tool
+        if tool is None:
+            raise ToolError(f"{call.recipient!r} is not a built-in tool.", code=METHOD_NOT_FOUND)
+        runner = tool.runner
+        name = runner.tool(call.recipient)
+        if runner.arguments is not None:
+            arguments = runner.arguments(call.arguments)
+        else:
+            arguments = _arguments(call.arguments)
+        if runner.server is not None:
+            return await self._call_server(runner.server, name, arguments, runner.run_slots)
+        label = call.recipient.partition(".")[0]
         server = self.mcp[label]
         if not server.allows(name):
             raise ToolError(
@@ -272,17 +272,20 @@ class Toolbox:
         session = self._session(server.label, server.url, server.headers)
         return await session.call_tool(name, arguments, timeout_s=self._timeout_s)
 
-    async def _call_python(self, code: str) -> ToolResult:
-        """Run ``code``; with `RunSlots`, once a slot of this response's key and one
-        of the server's are free. Waiting counts against the call's timeout."""
-        server = self._configured("python")
-        if self._python_slots is None:
-            return await server.call_tool("python", {"code": code}, timeout_s=self._timeout_s)
+    async def _call_server(
+        self, label: str, name: str, arguments: dict[str, Any], run_slots: bool
+    ) -> ToolResult:
+        """Call ``name`` on configured server ``label``; with ``run_slots`` (and
+        `RunSlots`), once a slot of this response's key and one of the server's are
+        free. Waiting counts against the call's timeout."""
+        server = self._configured(label)
+        if not run_slots or self._run_slots is None:
+            return await server.call_tool(name, arguments, timeout_s=self._timeout_s)
         deadline = trio.current_time() + self._timeout_s
         try:
-            async with self._python_slots.hold(self._owner, wait_s=self._timeout_s):
+            async with self._run_slots.hold(self._owner, wait_s=self._timeout_s):
                 return await server.call_tool(
-                    "python", {"code": code}, timeout_s=deadline - trio.current_time()
+                    name, arguments, timeout_s=deadline - trio.current_time()
                 )
         except RunsBusy as busy:
             raise ToolError(str(busy), code=REQUEST_TIMEOUT) from None
