@@ -241,6 +241,7 @@ OWN_JSON = {
     "api/websocket.py": "a client's value quoted in an error message",
     "harmony/developer.py": "a size bound, measured as the bounds assume",
     "engine/script.py": "the scripted model's own output text",
+    "tools/builtin/web_search.py": "the scripted model's own output text (a search's arguments)",
 }
 """The modules that encode JSON themselves, and why (everything else uses the codec)."""
 

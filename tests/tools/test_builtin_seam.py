@@ -45,7 +45,7 @@ from trio_responses.protocol.request import (
     parse_create_request,
     parse_input_item,
 )
-from trio_responses.protocol.sse import decode_event
+from trio_responses.protocol.codec import decode_event
 from trio_responses.tools import builtin
 from trio_responses.tools.builtin import (
     BUILTIN_TOOLS,
