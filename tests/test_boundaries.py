@@ -56,7 +56,6 @@ def test_the_sans_io_core_loads_no_io_framework_at_all() -> None:
 BUILTIN_TOOLS_MAY_IMPORT = {
     "trio_responses._exceptions",
     "trio_responses.protocol.ids",
-    "trio_responses.protocol.mcp_headers",
 }
 """The package modules the built-in tools may import besides each other: leaves of
 the core, which import neither the registry nor anything that does."""

@@ -39,13 +39,13 @@ from trio_responses.harmony.prompt import (
 from trio_responses.harmony.translator import TurnTranslator
 from trio_responses.metrics import Metrics
 from trio_responses.protocol.builder import ResponseBuilder, request_echo
+from trio_responses.protocol.codec import decode_event
 from trio_responses.protocol.request import (
     SUPPORTED_INCLUDES,
     CreateRequest,
     parse_create_request,
     parse_input_item,
 )
-from trio_responses.protocol.codec import decode_event
 from trio_responses.tools import builtin
 from trio_responses.tools.builtin import (
     BUILTIN_TOOLS,

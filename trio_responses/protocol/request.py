@@ -22,7 +22,8 @@ not define, which records written by earlier versions may carry
 (`parse_input_item`).
 
 Bodies are decoded by `json_body.decode_json_body`; JSON Schemas are checked by
-`json_schema`, an ``mcp`` tool's headers by `mcp_headers`.
+`json_schema`, an ``mcp`` tool's headers by ``tools.builtin._mcp_headers`` (beside
+the ``mcp`` tool).
 
 The built-in tools (`tools.builtin`) define their ``tools[]`` entries, their items
 and their ``include`` and ``tool_choice`` values: the unions here are built from

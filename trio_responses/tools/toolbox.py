@@ -35,7 +35,6 @@ from mcp_types import (
 from .._exceptions import InvalidRequestError
 from ..harmony.translator import Route, ToolCall
 from ..metrics import IncDec
-from ..protocol.mcp_headers import mcp_headers
 from ..protocol.request import (
     CreateRequest,
     McpApprovalFilter,
@@ -44,6 +43,7 @@ from ..protocol.request import (
 )
 from .budget import RunsBusy, RunSlots
 from .builtin import NAMESPACES, requested_namespaces, tool_for_param
+from .builtin._mcp_headers import mcp_headers
 from .builtin.mcp import TOOL as MCP
 from .hosts import HostNotAllowed, allowed_hosts
 from .pool import ToolServer, ToolServerPool

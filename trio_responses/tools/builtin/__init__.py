@@ -14,13 +14,13 @@ The rest of the package works from these descriptors and names no tool:
   it under the tool's label; `engine.script` follows its directive.
 
 Layering: this package is sans-IO and sits at the bottom, beside the modules of
-``protocol/`` and ``harmony/`` it may import (``protocol.ids``,
-``protocol.mcp_headers``): those that read the registry import it, never the other
-way round, so there is no import cycle (``tests/test_boundaries.py`` fails on one,
-and on an I/O framework imported here). Registration is this module's explicit
-list, not a side effect of importing a tool module: a tool is registered exactly
-when it is in `BUILTIN_TOOLS`, whatever was imported first, and a module here that
-is not in it fails ``tests/tools/test_builtin_seam.py``.
+``protocol/`` and ``harmony/`` it may import (``protocol.ids``): those that read
+the registry import it, never the other way round, so there is no import cycle
+(``tests/test_boundaries.py`` fails on one, and on an I/O framework imported here).
+Registration is this module's explicit list, not a side effect of importing a tool
+module: a tool is registered exactly when it is in `BUILTIN_TOOLS`, whatever was
+imported first, and a module here that is not in it fails
+``tests/tools/test_builtin_seam.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ one field here; the rest of the package reads them and knows no tool by name.
 
 Everything here is pure data and pure functions: this module and the tool modules
 import pydantic, openai_harmony and the leaves of the sans-IO core
-(``protocol.ids``, ``protocol.mcp_headers``, ``_exceptions``), never ``trio`` nor a
+(``protocol.ids``, ``_exceptions``), never ``trio`` nor a
 module that imports the registry (``protocol.request``, ``protocol.builder``,
 ``harmony.*``): those import the registry, so the tools stay below them. A call is
 *run* by `tools.toolbox.Toolbox`, which does what the tool's `Runner` says.

@@ -22,7 +22,6 @@ from pydantic import BaseModel, Field
 
 from ..._exceptions import InvalidRequestError
 from ...protocol.ids import new_id
-from ...protocol.mcp_headers import check_mcp_tool
 from ._descriptor import (
     STRICT,
     BuiltinItem,
@@ -35,6 +34,7 @@ from ._descriptor import (
     json_object_at,
     tool_after_dot,
 )
+from ._mcp_headers import check_mcp_tool
 
 # -- request models ---------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .._exceptions import InvalidRequestError
+from ..._exceptions import InvalidRequestError
 
 if TYPE_CHECKING:
-    from .request import McpTool
+    from .mcp import McpTool
 
 # -- MCP request headers ------------------------------------------------------------------
 
