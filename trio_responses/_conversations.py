@@ -41,6 +41,7 @@ from ._exceptions import InvalidRequestError, NotFoundError
 from ._lease import ConversationTurn
 from ._prepare import PreparedRequest, stored_item
 from .protocol.ids import new_id
+from .protocol.lists import list_page
 from .protocol.request import (
     CreateRequest,
     InputItem,
@@ -216,7 +217,7 @@ class Conversations:
                     param="after",
                 )
             start = positions[0] + 1
-        return _list(ordered[start : start + limit], has_more=start + limit < len(ordered))
+        return list_page(ordered[start : start + limit], has_more=start + limit < len(ordered))
 
     async def add_items(
         self,
@@ -272,7 +273,7 @@ class Conversations:
             ) from None
         if added is None:
             raise _not_found(conversation_id)
-        return _list(added, has_more=False)
+        return list_page(added, has_more=False)
 
     async def retrieve_item(
         self, conversation_id: str, item_id: str, *, owner: str | None
@@ -528,16 +529,6 @@ def _metadata(value: Any) -> dict[str, str]:
             code="invalid_value",
         )
     return metadata
-
-
-def _list(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": items,
-        "first_id": items[0]["id"] if items else None,
-        "last_id": items[-1]["id"] if items else None,
-        "has_more": has_more,
-    }
 
 
 def _not_found(conversation_id: str, *, param: str = "conversation_id") -> NotFoundError:

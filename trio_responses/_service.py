@@ -50,6 +50,7 @@ from .metrics import Metrics, Snapshot, instrument_state
 from .protocol import errors
 from .protocol.ids import new_id
 from .protocol.json_schema import load_schema_checker
+from .protocol.lists import list_page
 from .protocol.request import (
     CreateRequest,
     check_includes,
@@ -564,14 +565,7 @@ class ResponsesService:
                     param="after",
                 )
             start = positions[0] + 1
-        page = ordered[start : start + limit]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": start + limit < len(ordered),
-        }
+        return list_page(ordered[start : start + limit], has_more=start + limit < len(ordered))
 
     # -- change ---------------------------------------------------------------------------------
 
