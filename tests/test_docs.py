@@ -185,3 +185,16 @@ def test_the_block_runs_as_written(block: Block, servers: _Servers, tmp_path: pa
         f"{block.name} exited {result.returncode}\n--- stdout\n{result.stdout}\n"
         f"--- stderr\n{result.stderr}"
     )
+
+
+def test_the_architecture_names_every_module() -> None:
+    """docs/architecture.md says what each module is for: a module it does not name
+    (by its file name) is one a reader of the package cannot place."""
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    package = ROOT / "trio_responses"
+    unnamed = sorted(
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if path.name != "__init__.py" and f"{path.name}`" not in architecture
+    )
+    assert unnamed == []
