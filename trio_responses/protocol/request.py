@@ -86,6 +86,7 @@ IGNORED_FIELDS = frozenset(
         "stream_options",
         "access_programs",
         "background_options",
+        "client_metadata",
     }
 )
 """OpenAI request fields accepted and ignored: hints that cannot change the output."""
@@ -464,6 +465,7 @@ class CreateRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     access_programs: dict[str, Any] | None = None
     background_options: dict[str, Any] | None = None
+    client_metadata: dict[str, Any] | None = None
 
     @property
     def input_items(self) -> list[InputItem]:
