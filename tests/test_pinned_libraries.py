@@ -22,10 +22,10 @@ from types import ModuleType
 
 import pytest
 
-from trio_responses._adapters import Internal, coredis, hypercorn, quart_trio, sre
+from trio_responses._adapters import Internal, coredis, hypercorn, lark_grammar, quart_trio, sre
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-ADAPTERS = [hypercorn, quart_trio, coredis, sre]
+ADAPTERS = [hypercorn, quart_trio, coredis, lark_grammar, sre]
 
 
 def _short(adapter: ModuleType) -> str:

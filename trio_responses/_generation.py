@@ -36,6 +36,7 @@ from .engine.base import (
     Engine,
     GenerationRequest,
     GenerationResult,
+    GrammarConstraint,
     JsonConstraint,
     OutputConstraint,
     SamplingSettings,
@@ -218,8 +219,8 @@ async def generate_response(
             tool = call.tool
             if tool is None:  # a function call or an approval request
                 if metrics is not None:
-                    if call.kind == "function":
-                        metrics.tool_call("function", "client", None)
+                    if call.kind in ("function", "custom"):
+                        metrics.tool_call(call.kind, "client", None)
                     else:
                         metrics.tool_call(MCP.metrics_label, "approval", None)
                 job.finish("completed")  # the client acts next
@@ -294,7 +295,11 @@ async def _generate_turn(
         except Interrupt as interrupt:
             decision = interrupt.decision
             if isinstance(decision, Constrain):
-                constraint = JsonConstraint(decision.schema)
+                constraint = (
+                    JsonConstraint(decision.schema)
+                    if decision.grammar is None
+                    else GrammarConstraint(decision.grammar.syntax, decision.grammar.definition)
+                )
                 if decision.call:
                     steering = steering.satisfied()
                 continue
@@ -344,6 +349,8 @@ async def _generate_turn(
                 if target.content_type == "json"
                 else None
             )
+            if target.grammar is not None:
+                constraint = GrammarConstraint(target.grammar.syntax, target.grammar.definition)
             steering = steering.satisfied()
             continue
         gate.flush()

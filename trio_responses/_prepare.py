@@ -37,6 +37,8 @@ _ITEM_ID_PREFIX: dict[str, IdPrefix] = {
     "message": "msg",
     "function_call": "fc",
     "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
     "reasoning": "rs",
     "mcp_approval_response": "mcpr",
     "compaction": "cmp",

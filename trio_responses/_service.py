@@ -48,6 +48,7 @@ from .engine import Engine, open_engine
 from .harmony.encoding import load_encoding
 from .metrics import Metrics, Snapshot, instrument_state
 from .protocol import errors
+from .protocol.grammar import grammar_cost
 from .protocol.ids import new_id
 from .protocol.json_schema import load_schema_checker
 from .protocol.lists import list_page
@@ -312,7 +313,9 @@ class ResponsesService:
             known = size if size <= INLINE_BYTES else None
         if not isinstance(request, CreateRequest):
             body = dict(request) if isinstance(request, Mapping) else request
-            request = await offload(size, partial(parse_create_request, body))
+            # A custom tool's grammar is compiled while parsing: off the loop.
+            cost = max(size, grammar_cost(body))
+            request = await offload(cost, partial(parse_create_request, body))
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("request: %s", request_shape(request))
         check_request(request, self.config, self.pool)

@@ -38,7 +38,17 @@ class ChoiceConstraint:
     choices: tuple[str, ...]
 
 
-OutputConstraint = JsonConstraint | ChoiceConstraint
+@dataclass(frozen=True)
+class GrammarConstraint:
+    """The output text must be a sentence of a custom tool's grammar: ``definition``
+    in ``syntax`` (``lark``: Lark EBNF, rule ``start``; ``regex``: the whole text
+    matches), checked by `protocol.grammar.check_grammar`."""
+
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+OutputConstraint = JsonConstraint | ChoiceConstraint | GrammarConstraint
 """What the whole output of a constrained request must be.
 
 The output is the constrained text followed by one of the request's stop

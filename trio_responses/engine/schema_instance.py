@@ -544,6 +544,24 @@ def _matching(pattern: str, variant: int, deadline: float) -> list[str]:
     return found
 
 
+def regex_instance(pattern: str, *, nonempty: bool = False) -> str | None:
+    """A short string the whole of ``pattern`` matches (simple regexes; None when it
+    cannot tell). ``nonempty``: not the empty string, where it can."""
+    try:
+        parsed = sre.parse(pattern)
+        compiled = re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    for repeat in (1, 0, 3):
+        try:
+            text = _regex_text(parsed, repeat, 0)
+        except (ValueError, RecursionError):
+            continue
+        if (text or not nonempty) and compiled.fullmatch(text) is not None:
+            return text
+    return None
+
+
 def _regex_text(items: list[sre.Node], repeat: int, variant: int) -> str:
     """One string the parsed regex ``items`` match: each repeat at least ``repeat`` times."""
     out: list[str] = []

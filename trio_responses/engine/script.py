@@ -10,6 +10,10 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
    directive found in T:
 
    * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
+   * ``custom:NAME <<<INPUT>>>`` (custom tool NAME declared) -> a ``functions.NAME``
+     call with the raw text INPUT (no content type); ``custom:NAME`` alone: the
+     input is the unconstrained answer, or, for a tool with a grammar (a
+     constrained body), a short sentence of the grammar (`grammar_instance`);
    * a built-in tool's directive (`tools.builtin`: its ``script``), when the tool is
      shown in the system message or, for an MCP server's tool, declared in its
      namespace -> that call: a fenced ```` ```python ```` block a ``python`` call,
@@ -31,6 +35,8 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
 
    * a choice -> the first choice that calls a tool T names in a directive
      (``call:NAME``...), else the first choice, then ``<|return|>``;
+   * a custom tool's grammar -> the directive's INPUT when the grammar accepts it
+     (or lark cannot tell), else `grammar_instance` of the grammar, then ``<|call|>``;
    * a JSON schema -> `schema_instance.instance` of it, then ``<|call|>``
      after a tool-call header or ``<|return|>``. Its hint (the value it keeps
      where it fits) is the JSON of T's directive for that tool, or, for the
@@ -57,8 +63,10 @@ from .._exceptions import EngineError
 from ..harmony.encoding import get_encoding, special_tokens
 from ..harmony.long_text import encode_text
 from ..harmony.steering import parse_header
+from ..protocol.grammar import Grammar, matches
 from ..tools.builtin import BUILTIN_TOOLS, NAMESPACES, BuiltinTool, json_object_at
-from .base import ChoiceConstraint, OutputConstraint
+from .base import ChoiceConstraint, GrammarConstraint, OutputConstraint
+from .grammar_instance import NoInstance, grammar_instance
 from .schema_instance import MISSING, SchemaInstanceError, SchemaTooLargeError, dumps, instance
 
 
@@ -92,6 +100,7 @@ class _Prompt:
 
 
 _CALL = re.compile(r"call:([A-Za-z0-9_-]+)[ \t]*")
+_CUSTOM = re.compile(r"custom:([A-Za-z0-9_-]+)(?:[ \t]*<<<(.*?)>>>)?", re.DOTALL)
 _TOKENS = re.compile(r"tokens:(\d+)")
 _FAIL = re.compile(r"fail:(\d+)")
 _DELAY = re.compile(r"delay:(\d+)")
@@ -186,6 +195,9 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
     )
     if call is not None:
         found.append(call)
+    custom = _custom_call(text, prompt)
+    if custom is not None:
+        found.append(custom)
     calls = _builtin_calls(text, prompt)
     if calls:
         position, tool, recipient, body = calls[0]
@@ -217,6 +229,21 @@ def _json_call(
         name = recipient(match)
         if name is not None and arguments is not None:
             return match.start(), _call(channel, name, arguments, "json"), None
+    return None
+
+
+def _custom_call(text: str, prompt: _Prompt) -> tuple[int, tuple[int, ...], None] | None:
+    """The first ``custom:NAME`` directive of a declared tool, as a call: its input, or
+    the unconstrained answer without one (a grammar's constraint rewrites it)."""
+    for match in _CUSTOM.finditer(text):
+        if match[1] in prompt.functions:
+            body = match[2] if match[2] is not None else f"You said: {text}"
+            tokens = (
+                *_header("commentary", recipient=f"functions.{match[1]}", first=False),
+                *_text(body),
+                special_tokens().call,
+            )
+            return match.start(), tokens, None
     return None
 
 
@@ -336,6 +363,8 @@ def _constrained(
     said = f"Tool result: {text}" if prompt.last_role == Role.TOOL else f"You said: {text}"
     if isinstance(constraint, ChoiceConstraint):
         return (*_text(_pick(constraint.choices, text, prompt)), special.return_)
+    if isinstance(constraint, GrammarConstraint):
+        return _grammar_body(constraint, prompt, continuation)
     if not continuation or continuation[-1] != special.message:
         return _final(said)  # between messages: the answer
     starts = [i for i, token in enumerate(continuation) if token == special.start]
@@ -369,6 +398,32 @@ def _constrained(
     return (*_text(body), special.call if recipient is not None else special.return_)
 
 
+def _grammar_body(
+    constraint: GrammarConstraint, prompt: _Prompt, continuation: Sequence[int]
+) -> tuple[int, ...]:
+    """A custom tool call's body in its grammar: the directive's input when the grammar
+    takes it, else a sentence of the grammar; then ``<|call|>``."""
+    special = special_tokens()
+    starts = [i for i, token in enumerate(continuation) if token == special.start]
+    header = parse_header(continuation[starts[-1] if starts else 0 :])
+    grammar = Grammar(constraint.syntax, constraint.definition)
+    given = (
+        _directive_arguments(prompt.last_text, header.recipient, prompt)
+        if header.recipient is not None
+        else MISSING
+    )
+    if isinstance(given, str) and matches(grammar, given) is not False:
+        body = given
+    else:
+        try:
+            body = grammar_instance(grammar)
+        except NoInstance as error:
+            raise EngineError(
+                f"The scripted model cannot write a sentence of this grammar: {error}."
+            ) from error
+    return (*_text(body), special.call if header.recipient is not None else special.return_)
+
+
 def _directives(text: str, prompt: _Prompt) -> list[tuple[int, str, object]]:
     """(position, recipient, arguments) of every tool directive in ``text``: a code
     tool's arguments are its body, a JSON tool's the decoded object."""
@@ -377,6 +432,9 @@ def _directives(text: str, prompt: _Prompt) -> list[tuple[int, str, object]]:
         raw = json_object_at(text, match.end())
         if raw is not None:
             found.append((match.start(), f"functions.{match[1]}", json.loads(raw)))
+    for match in _CUSTOM.finditer(text):
+        if match[2] is not None:
+            found.append((match.start(), f"functions.{match[1]}", match[2]))
     for position, tool, recipient, body in _builtin_calls(text, prompt):
         code = tool.harmony.content_type == "code"
         found.append((position, recipient, body if code else json.loads(body)))

@@ -81,6 +81,7 @@ from .base import (
     EngineInfo,
     GenerationRequest,
     GenerationResult,
+    GrammarConstraint,
     OutputConstraint,
     TokenSink,
     sampling_kwargs,
@@ -487,6 +488,10 @@ def structured_outputs(constraint: OutputConstraint | None) -> StructuredOutputs
         return None
     if isinstance(constraint, ChoiceConstraint):
         return StructuredOutputsParams(choice=list(constraint.choices))
+    if isinstance(constraint, GrammarConstraint):
+        if constraint.syntax == "regex":
+            return StructuredOutputsParams(regex=constraint.definition)
+        return StructuredOutputsParams(grammar=constraint.definition)
     return StructuredOutputsParams(json=dict(constraint.schema))
 
 

@@ -38,6 +38,8 @@ from openai_harmony import Conversation, DeveloperContent, Message, RenderOption
 from .._exceptions import InvalidRequestError
 from ..protocol.request import (
     CreateRequest,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
@@ -56,6 +58,7 @@ from .prompt import (
     approval_messages,
     developer_message,
     item_messages,
+    orphan_custom_output,
     orphan_output,
 )
 from .token_bound import MESSAGE_OVERHEAD, min_tokens
@@ -329,13 +332,33 @@ class _Orphans:
 
 
 def _call_names(items: Sequence[InputItem]) -> dict[int, str]:
-    """The function name of each ``function_call_output`` that has a call before it."""
+    """The function name of each ``function_call_output`` that has a call before it
+    (and the tool name of each ``custom_tool_call_output``: `_custom_call_names`)."""
     calls: dict[str, str] = {}
     names: dict[int, str] = {}
     for index, item in enumerate(items):
         if isinstance(item, FunctionCallItem):
             calls[item.call_id] = item.name
         elif isinstance(item, FunctionCallOutputItem) and item.call_id in calls:
+            names[index] = calls[item.call_id]
+    names.update(_custom_call_names(items))
+    return names
+
+
+def _custom_call_names(items: Sequence[InputItem]) -> dict[int, str]:
+    """The tool name of each ``custom_tool_call_output``.
+
+    Raises:
+        InvalidRequestError: an output with no ``custom_tool_call`` before it.
+    """
+    calls: dict[str, str] = {}
+    names: dict[int, str] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, CustomToolCallItem):
+            calls[item.call_id] = item.name
+        elif isinstance(item, CustomToolCallOutputItem):
+            if item.call_id not in calls:
+                raise orphan_custom_output(item, index)
             names[index] = calls[item.call_id]
     return names
 

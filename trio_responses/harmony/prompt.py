@@ -28,6 +28,9 @@ from .._exceptions import InvalidRequestError
 from ..protocol.codec import encode_ascii_json
 from ..protocol.request import (
     CreateRequest,
+    CustomTool,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FormatJsonObject,
     FormatJsonSchema,
     FunctionCallItem,
@@ -38,6 +41,7 @@ from ..protocol.request import (
     McpCallItem,
     MessageItem,
     ReasoningItem,
+    ToolChoiceCustom,
     ToolChoiceFunction,
 )
 from ..tools.builtin import NAMESPACES, tool_of_call_item
@@ -183,19 +187,25 @@ def _developer_content(
         instructions.append("You must call one of the available tools before answering.")
     elif isinstance(choice, ToolChoiceFunction):
         instructions.append(f"You must call the function `{choice.name}` before answering.")
+    elif isinstance(choice, ToolChoiceCustom):
+        instructions.append(f"You must call the tool `{choice.name}` before answering.")
 
     functions = [] if hide_tools else request.function_tools
+    customs = [] if hide_tools else request.custom_tools
     namespaces = [] if hide_tools else list(tools.namespaces)
-    if not instructions and not functions and not namespaces:
+    if not instructions and not functions and not customs and not namespaces:
         return None
     content = DeveloperContent.new()
     if instructions:
         content = content.with_instructions("\n\n".join(instructions))
-    if functions:
+    if functions or customs:
         content = content.with_function_tools(
             [
-                ToolDescription.new(tool.name, tool.description or "", tool.parameters)
-                for tool in functions
+                *(
+                    ToolDescription.new(tool.name, tool.description or "", tool.parameters)
+                    for tool in functions
+                ),
+                *(custom_tool_description(tool) for tool in customs),
             ]
         )
     for namespace in namespaces:
@@ -214,6 +224,7 @@ class _History:
 
     def __init__(self, items: Sequence[InputItem], approval_results: Mapping[str, str]) -> None:
         self._calls: dict[str, str] = {}  # function call_id -> name
+        self._custom_calls: dict[str, str] = {}  # custom tool call_id -> name
         self._approval_requests = {
             item.id: item for item in items if isinstance(item, McpApprovalRequestItem)
         }
@@ -234,7 +245,20 @@ class _History:
             return item_messages(item, function_name=name)
         elif isinstance(item, McpApprovalResponseItem):
             return self._approval(item)
+        elif isinstance(item, CustomToolCallItem | CustomToolCallOutputItem):
+            return self._custom(item, index)
         return item_messages(item)
+
+    def _custom(
+        self, item: CustomToolCallItem | CustomToolCallOutputItem, index: int
+    ) -> list[Message]:
+        if isinstance(item, CustomToolCallItem):
+            self._custom_calls[item.call_id] = item.name
+            return item_messages(item)
+        name = self._custom_calls.get(item.call_id)
+        if name is None:
+            raise orphan_custom_output(item, index)
+        return item_messages(item, function_name=name)
 
     def _approval(self, item: McpApprovalResponseItem) -> list[Message]:
         request = self._approval_requests.get(item.approval_request_id)
@@ -270,6 +294,11 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
         return [_call_message(f"functions.{item.name}", item.arguments, "commentary", "json")]
     if isinstance(item, FunctionCallOutputItem):
         return [_tool_message(f"functions.{function_name}", item.text(), "commentary")]
+    if isinstance(item, CustomToolCallItem):
+        return [custom_call_message(item.name, item.input)]
+    if isinstance(item, CustomToolCallOutputItem):
+        # Its call's name (a custom tool is called as functions.NAME, like a function).
+        return [_tool_message(f"functions.{function_name}", item.text(), "commentary")]
     tool = tool_of_call_item(item.type or "")
     shown = tool.harmony.history(item) if tool is not None else None
     if tool is not None and shown is not None:
@@ -284,6 +313,15 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
     # are in the namespaces; a request is rendered with its response), nor do the
     # calls of tools that keep no results to show.
     return []
+
+
+def custom_call_message(name: str, text: str) -> Message:
+    """A custom tool's call: its raw input, with no content type (it is not JSON)."""
+    return (
+        Message.from_role_and_content(Role.ASSISTANT, text)
+        .with_channel("commentary")
+        .with_recipient(f"functions.{name}")
+    )
 
 
 def approval_messages(request: McpApprovalRequestItem, result: str) -> list[Message]:
@@ -305,6 +343,16 @@ def orphan_output(item: FunctionCallOutputItem, index: int) -> InvalidRequestErr
     )
 
 
+def orphan_custom_output(item: CustomToolCallOutputItem, index: int) -> InvalidRequestError:
+    """The error for a ``custom_tool_call_output`` (at ``index``) without its call."""
+    return InvalidRequestError(
+        f"No custom tool call found for custom_tool_call_output with call_id "
+        f"{item.call_id!r}. Include the custom_tool_call item (or use "
+        "previous_response_id) before its output.",
+        param=f"input[{index}].call_id",
+    )
+
+
 def _call_message(recipient: str, body: str, channel: str, content_type: str) -> Message:
     return (
         Message.from_role_and_content(Role.ASSISTANT, body)
@@ -320,6 +368,22 @@ def _tool_message(author: str, text: str, channel: str) -> Message:
         .with_channel(channel)
         .with_recipient("assistant")
     )
+
+
+def custom_tool_description(tool: CustomTool) -> ToolDescription:
+    """A custom tool, shown among the functions: it takes raw text, not JSON, and its
+    description says so (with the grammar the text must follow, if any)."""
+    lines = [tool.description] if tool.description else []
+    grammar = tool.grammar
+    if grammar is None:
+        lines.append("Its input is free-form text (not JSON): write the text itself.")
+    else:
+        lines.append(
+            "Its input is free-form text (not JSON) in this "
+            f"{'Lark grammar' if grammar.syntax == 'lark' else 'regular expression'}:"
+        )
+        lines.append(grammar.definition)
+    return ToolDescription.new(tool.name, "\n".join(lines), None)
 
 
 def tool_description(

@@ -12,6 +12,9 @@ until it is complete and asks the turn's `Steering` what to do with it:
   header instead (a call of the forced tool, or the final answer when
   ``tool_choice`` is ``"none"`` and the model addressed a tool anyway).
 
+A custom tool with a grammar makes every turn steered: a header addressed to it
+is a `Constrain` whose body must be in the tool's grammar.
+
 The gate stops the engine by raising `Interrupt` from its sink (the `Engine`
 protocol aborts a request whose sink raises). Prefilled header tokens are fed
 to the translator as if the model had written them, so clients see the same
@@ -25,10 +28,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..protocol.grammar import Grammar
 from ..protocol.request import (
     CreateRequest,
     FormatJsonObject,
     FormatJsonSchema,
+    ToolChoiceCustom,
     ToolChoiceFunction,
     ToolChoiceHosted,
     ToolChoiceMcp,
@@ -47,8 +52,10 @@ class Target:
     recipient: str
     channel: str
     content_type: str
-    """``json`` (arguments constrained to ``schema``) or ``code`` (free text)."""
+    """``json`` (arguments constrained to ``schema``), ``code`` (free text), or empty
+    (a custom tool: free text, in ``grammar`` when it has one)."""
     schema: Mapping[str, Any] | None = None
+    grammar: Grammar | None = None
 
     @property
     def choice(self) -> str:
@@ -72,10 +79,11 @@ PASS = Pass()
 
 @dataclass(frozen=True)
 class Constrain:
-    """Keep the header; its body must match ``schema``."""
+    """Keep the header; its body must match ``schema`` (or ``grammar``, when set)."""
 
     schema: Mapping[str, Any]
     call: bool
+    grammar: Grammar | None = None
 
 
 @dataclass(frozen=True)
@@ -107,10 +115,18 @@ class Steering:
     """A call of one of these is required (``tool_choice``); empty: not forced."""
     no_calls: bool = False
     """``tool_choice: "none"``: a message addressed to a tool becomes the final answer."""
+    grammars: tuple[tuple[str, Grammar], ...] = ()
+    """(recipient, grammar) of each custom tool with a grammar: its calls' bodies
+    are constrained to it."""
 
     @property
     def active(self) -> bool:
-        return self.final_schema is not None or bool(self.targets) or self.no_calls
+        return (
+            self.final_schema is not None
+            or bool(self.targets)
+            or self.no_calls
+            or bool(self.grammars)
+        )
 
     def satisfied(self) -> Steering:
         """The steering once the forced call is made: nothing more is forced."""
@@ -129,6 +145,9 @@ class Steering:
         if recipient is not None:
             if self.no_calls:
                 return Replace(final_schema=self.final_schema)
+            for name, grammar in self.grammars:
+                if name == recipient:
+                    return Constrain(ANY_OBJECT, call=False, grammar=grammar)
             return PASS
         if header.channel == "final" and self.final_schema is not None:
             return Constrain(self.final_schema, call=False)
@@ -136,6 +155,8 @@ class Steering:
 
 
 def _call_decision(target: Target) -> Decision:
+    if target.grammar is not None:
+        return Constrain(ANY_OBJECT, call=True, grammar=target.grammar)
     if target.content_type == "json":
         return Constrain(target.schema or ANY_OBJECT, call=True)
     return PASS
@@ -152,12 +173,13 @@ def steering_for(request: CreateRequest, tools: PromptTools, *, forced: bool) ->
     choice = request.tool_choice
     if choice == "none":
         return Steering(final_schema=final_schema, no_calls=True)
+    grammars = _custom_grammars(request)
     every = _targets(request, tools)
     targets: tuple[Target, ...] = ()
     if forced:
         if choice == "required":
             targets = tuple(every)
-        elif isinstance(choice, ToolChoiceFunction):
+        elif isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):
             targets = tuple(t for t in every if t.recipient == f"functions.{choice.name}")
         elif isinstance(choice, ToolChoiceMcp):
             prefix = f"{choice.server_label}."
@@ -171,7 +193,15 @@ def steering_for(request: CreateRequest, tools: PromptTools, *, forced: bool) ->
             call = tool_for_choice(choice.type).harmony.forced
             wanted = call.recipient if call is not None else None
             targets = tuple(t for t in every if t.recipient == wanted)
-    return Steering(final_schema=final_schema, targets=targets)
+    return Steering(final_schema=final_schema, targets=targets, grammars=grammars)
+
+
+def _custom_grammars(request: CreateRequest) -> tuple[tuple[str, Grammar], ...]:
+    return tuple(
+        (f"functions.{tool.name}", tool.grammar)
+        for tool in request.custom_tools
+        if tool.grammar is not None
+    )
 
 
 def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
@@ -179,6 +209,10 @@ def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
         Target(f"functions.{tool.name}", "commentary", "json", tool.parameters or ANY_OBJECT)
         for tool in request.function_tools
     ]
+    targets.extend(
+        Target(f"functions.{tool.name}", "commentary", "", grammar=tool.grammar)
+        for tool in request.custom_tools
+    )
     for name, builtin in NAMESPACES.items():
         target = _forced_target(builtin) if name in tools.builtin else None
         if target is not None:
@@ -232,6 +266,8 @@ def header_rest(target: Target) -> list[int]:
     special = special_tokens()
     if target.content_type == "json":
         return [*_text(" "), special.constrain, *_text("json"), special.message]
+    if not target.content_type:
+        return [special.message]
     return [*_text(f" {target.content_type}"), special.message]
 
 

@@ -7,7 +7,8 @@ item, ``<|end|>``/``<|call|>``/``<|return|>`` close it) and reads only the
 parser's `current_channel`, `current_recipient` and `last_content_delta`.
 
 A message addressed to a tool becomes the item for that tool, chosen by the
-``router``: ``functions.X`` a function call, a built-in tool's recipient
+``router``: ``functions.X`` a function call (or a custom tool's call: its raw
+input), a built-in tool's recipient
 (``python``, ``browser.search``, ``LABEL.TOOL`` of an MCP server) that tool's call
 item (`tools.builtin`), or, when an MCP call needs the user's approval, an
 approval request once the arguments are complete. The turn then ends with a
@@ -27,9 +28,9 @@ from ..tools.builtin import BuiltinTool
 from .encoding import special_tokens
 from .stream_parser import StreamParser
 
-RecipientKind = Literal["function", "builtin", "mcp_approval", "unknown"]
+RecipientKind = Literal["function", "custom", "builtin", "mcp_approval", "unknown"]
 
-Route = BuiltinTool | Literal["function", "mcp_approval", "unknown"]
+Route = BuiltinTool | Literal["function", "custom", "mcp_approval", "unknown"]
 """Where a recipient goes: a built-in tool, or another `RecipientKind`."""
 
 Router = Callable[[str], Route]
@@ -199,6 +200,8 @@ class TurnTranslator:
             builder.open_tool_call(route.item, recipient)
         elif route == "function":
             builder.open_function_call(recipient.removeprefix("functions."))
+        elif route == "custom":
+            builder.open_custom_tool_call(recipient.removeprefix("functions."))
         else:
             self._captured = []
 
@@ -237,4 +240,6 @@ class TurnTranslator:
             item_id = builder.add_mcp_approval_request(label, tool, arguments)
             return ToolCall("mcp_approval", recipient, arguments, item_id)
         item = builder.close_item("completed")
+        if route == "custom":
+            return ToolCall("custom", recipient, str(item["input"]), str(item["id"]))
         return ToolCall("function", recipient, str(item["arguments"]), str(item["id"]))

@@ -42,6 +42,7 @@ _DELTA_TYPES = {
     "message": "response.output_text.delta",
     "reasoning": "response.reasoning_text.delta",
     "function_call": "response.function_call_arguments.delta",
+    "custom_tool_call": "response.custom_tool_call_input.delta",
 }
 """The delta events of items that are no tool call (a tool's: `ToolItem.input_delta`)."""
 
@@ -354,6 +355,19 @@ class ResponseBuilder:
         }
         self._add("function_call", item, part=None)
 
+    def open_custom_tool_call(self, name: str) -> None:
+        """Open a ``custom_tool_call`` item: its ``input`` streams as
+        ``response.custom_tool_call_input.delta`` events."""
+        item = {
+            "id": new_id("ctc"),
+            "type": "custom_tool_call",
+            "call_id": new_id("call"),
+            "name": name,
+            "input": "",
+            "status": "in_progress",
+        }
+        self._add("custom_tool_call", item, part=None)
+
     def delta(self, text: str) -> None:
         """Append streamed text to the open item (its kind picks the event)."""
         open_item = self._open
@@ -402,6 +416,9 @@ class ResponseBuilder:
         elif open_item.kind == "function_call":
             self._event({"type": "response.function_call_arguments.done", **ref, "arguments": text})
             item["arguments"] = text
+        elif open_item.kind == "custom_tool_call":
+            self._event({"type": "response.custom_tool_call_input.done", **ref, "input": text})
+            item["input"] = text
         elif open_item.tool is not None and not open_item.input_done:
             # A tool call cut short (token budget, cancellation): keep what was written.
             field_name = open_item.tool.input_field

@@ -6,7 +6,21 @@ import secrets
 from typing import Literal
 
 IdPrefix = Literal[
-    "resp", "msg", "rs", "fc", "fco", "call", "ci", "ws", "mcp", "mcpl", "mcpr", "cmp", "conv"
+    "resp",
+    "msg",
+    "rs",
+    "fc",
+    "fco",
+    "call",
+    "ci",
+    "ws",
+    "mcp",
+    "mcpl",
+    "mcpr",
+    "cmp",
+    "conv",
+    "ctc",
+    "ctco",
 ]
 """The prefixes in use; a new built-in tool's items may bring their own
 (``ToolItem.id_prefix``, `tools.builtin`)."""

@@ -63,11 +63,13 @@ from ..tools.builtin.mcp import McpCallItem as McpCallItem
 from ..tools.builtin.mcp import McpListToolsItem as McpListToolsItem
 from ..tools.builtin.mcp import McpTool as McpTool
 from ..tools.builtin.mcp import McpToolFilter as McpToolFilter
+from .grammar import Grammar, check_grammar
 from .json_body import printable_key
 from .json_schema import check_json_schema
 
 __all__ = [
     "CreateRequest",
+    "CustomTool",
     "FunctionTool",
     "InputItem",
     "McpTool",
@@ -234,6 +236,45 @@ class FunctionCallOutputItem(BaseModel):
         return "".join(p.text for p in self.output if isinstance(p, InputText | OutputText))
 
 
+class CustomToolCallItem(BaseModel):
+    """A call of a custom tool: its ``input`` is free text (in the tool's grammar)."""
+
+    model_config = _STRICT
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: ItemStatus | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+    async_: Annotated[
+        bool | None,
+        Field(validation_alias=AliasChoices("async", "async_"), serialization_alias="async"),
+    ] = None
+
+
+class CustomToolCallOutputItem(BaseModel):
+    model_config = _STRICT
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[ContentPart]
+    id: str | None = None
+    status: ItemStatus | None = None
+    caller: dict[str, Any] | None = None
+    created_by: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return content_text(self.output)
+
+
+def content_text(parts: Sequence[ContentPart]) -> str:
+    """The text of a tool output's content parts, joined."""
+    return "".join(p.text for p in parts if isinstance(p, InputText | OutputText))
+
+
 class ReasoningItem(BaseModel):
     model_config = _STRICT
     type: Literal["reasoning"]
@@ -284,6 +325,8 @@ if TYPE_CHECKING:
         MessageItem
         | FunctionCallItem
         | FunctionCallOutputItem
+        | CustomToolCallItem
+        | CustomToolCallOutputItem
         | ReasoningItem
         | BuiltinItem
         | CompactionItem
@@ -297,6 +340,8 @@ else:
                 Annotated[MessageItem, Tag("message")],
                 Annotated[FunctionCallItem, Tag("function_call")],
                 Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+                Annotated[CustomToolCallItem, Tag("custom_tool_call")],
+                Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")],
                 Annotated[ReasoningItem, Tag("reasoning")],
                 *(
                     Annotated[model, Tag(literal_values(model)[0])]
@@ -326,6 +371,41 @@ class FunctionTool(BaseModel):
     output_schema: dict[str, Any] | None = None
 
 
+class CustomFormatText(BaseModel):
+    model_config = _STRICT
+    type: Literal["text"]
+
+
+class CustomFormatGrammar(BaseModel):
+    model_config = _STRICT
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class CustomTool(BaseModel):
+    """A tool whose input is free text, optionally in a grammar (``format``)."""
+
+    model_config = _STRICT
+    type: Literal["custom"]
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    format: (
+        Annotated[CustomFormatText | CustomFormatGrammar, Field(discriminator="type")] | None
+    ) = None
+    # Accepted and ignored: they do not change what the model sees.
+    defer_loading: bool | None = None
+    allowed_callers: list[str] | None = None
+
+    @property
+    def grammar(self) -> Grammar | None:
+        """The input's grammar (None: any text). Valid once the request is parsed."""
+        fmt = self.format
+        if isinstance(fmt, CustomFormatGrammar):
+            return Grammar(fmt.syntax, fmt.definition)
+        return None
+
+
 class UnsupportedTool(BaseModel):
     model_config = _REFUSED
     type: Literal[
@@ -335,7 +415,6 @@ class UnsupportedTool(BaseModel):
         "image_generation",
         "local_shell",
         "shell",
-        "custom",
         "apply_patch",
         "namespace",
         "tool_search",
@@ -344,11 +423,11 @@ class UnsupportedTool(BaseModel):
 
 
 if TYPE_CHECKING:
-    Tool = FunctionTool | BuiltinToolParam | UnsupportedTool
+    Tool = FunctionTool | CustomTool | BuiltinToolParam | UnsupportedTool
     HostedChoiceType = str
 else:
     Tool = Annotated[
-        Union[(FunctionTool, *(tool.param for tool in BUILTIN_TOOLS), UnsupportedTool)],
+        Union[(FunctionTool, CustomTool, *(tool.param for tool in BUILTIN_TOOLS), UnsupportedTool)],
         Field(discriminator="type"),
     ]
     HostedChoiceType = Literal[tuple(t for tool in BUILTIN_TOOLS for t in tool.choice_types)]
@@ -369,6 +448,14 @@ class ToolChoiceMcp(BaseModel):
     name: str | None = None
 
 
+class ToolChoiceCustom(BaseModel):
+    """``{"type": "custom", "name": …}``: a call of that custom tool."""
+
+    model_config = _STRICT
+    type: Literal["custom"]
+    name: str
+
+
 class ToolChoiceHosted(BaseModel):
     """``{"type": T}`` forcing a call of the built-in tool with choice type T."""
 
@@ -377,7 +464,8 @@ class ToolChoiceHosted(BaseModel):
 
 
 ToolChoiceObject = Annotated[
-    ToolChoiceFunction | ToolChoiceMcp | ToolChoiceHosted, Field(discriminator="type")
+    ToolChoiceFunction | ToolChoiceCustom | ToolChoiceMcp | ToolChoiceHosted,
+    Field(discriminator="type"),
 ]
 
 
@@ -485,6 +573,10 @@ class CreateRequest(BaseModel):
         return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
 
     @property
+    def custom_tools(self) -> list[CustomTool]:
+        return [tool for tool in self.tools if isinstance(tool, CustomTool)]
+
+    @property
     def mcp_tools(self) -> list[McpTool]:
         return [tool for tool in self.tools if isinstance(tool, McpTool)]
 
@@ -552,7 +644,7 @@ def check_includes(values: Sequence[str]) -> None:
 
 
 _SUPPORTED_TOOL_TYPES = ", ".join(
-    ["function", *(listed for tool in BUILTIN_TOOLS for listed in tool.listed_types)]
+    ["function", "custom", *(listed for tool in BUILTIN_TOOLS for listed in tool.listed_types)]
 )
 
 
@@ -602,6 +694,7 @@ def _check_semantics(request: CreateRequest) -> None:
             f"tool_choice names function {choice.name!r}, which is not in 'tools'.",
             param="tool_choice",
         )
+    _check_custom_tools(request, seen)
     text_format = request.text.format if request.text is not None else None
     if isinstance(text_format, FormatJsonSchema):
         check_json_schema(
@@ -619,6 +712,35 @@ def _check_semantics(request: CreateRequest) -> None:
                         param=f"input[{index}].content[{part_index}].type",
                         code="unsupported_value",
                     )
+
+
+def _check_custom_tools(request: CreateRequest, functions: set[str]) -> None:
+    """Custom tools: names unique among functions and custom tools (the model calls
+    both as ``functions.NAME``), grammars that compile, a ``tool_choice`` naming one."""
+    names: set[str] = set()
+    for index, tool in enumerate(request.tools):
+        if not isinstance(tool, CustomTool):
+            continue
+        if tool.name in names or tool.name in functions:
+            raise InvalidRequestError(
+                f"Duplicate tool name {tool.name!r} in 'tools': function and custom tools "
+                "need distinct names.",
+                param=f"tools[{index}].name",
+            )
+        names.add(tool.name)
+        if isinstance(tool.format, CustomFormatGrammar):
+            check_grammar(
+                tool.format.syntax,
+                tool.format.definition,
+                param=f"tools[{index}].format.definition",
+                name=tool.name,
+            )
+    choice = request.tool_choice
+    if isinstance(choice, ToolChoiceCustom) and choice.name not in names:
+        raise InvalidRequestError(
+            f"tool_choice names custom tool {choice.name!r}, which is not in 'tools'.",
+            param="tool_choice",
+        )
 
 
 _TYPE_NAMES = {

@@ -192,13 +192,15 @@ class Toolbox:
         self.builtin = frozenset() if hidden else requested_namespaces(request.tools)
         """The namespaces of the built-in tools this response may call."""
         self.mcp = {} if hidden else {t.server_label: McpServerUse.of(t) for t in request.mcp_tools}
+        self.custom = frozenset(tool.name for tool in request.custom_tools)
+        """The names of the request's custom tools (called as ``functions.NAME``)."""
         self._sessions: dict[str, McpSession] = {}
 
     # -- routing ---------------------------------------------------------------------
 
     def route(self, recipient: str) -> Route:
         if recipient.startswith("functions."):
-            return "function"
+            return "custom" if recipient[10:] in self.custom else "function"
         label, _, name = recipient.partition(".")
         tool = NAMESPACES.get(label)
         if tool is not None:
