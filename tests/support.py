@@ -204,7 +204,9 @@ def check_stream(events: list[dict[str, Any]]) -> None:
                 texts[key] = texts.get(key, "") + event["delta"]
             elif kind.endswith(".done") and kind != "response.content_part.done":
                 key = (event["item_id"], kind.removesuffix(".done"))
-                final = event.get("text", event.get("arguments", event.get("code")))
+                final = event.get(
+                    "text", event.get("arguments", event.get("code", event.get("input")))
+                )
                 assert texts.get(key, "") == final, kind
     assert set(added) == done, "every added item must be done"
 
