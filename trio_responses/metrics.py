@@ -47,7 +47,8 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 PREFIX = "trio_responses"
 
 ToolKind = str
-"""``function``, or a built-in tool's ``metrics_label`` (`tools.builtin`): a fixed set."""
+"""``function``, ``custom``, or a built-in tool's ``metrics_label`` (`tools.builtin`):
+a fixed set."""
 ToolOutcome = Literal["ok", "error", "failed", "timeout", "client", "approval", "declined"]
 """``ok``: the tool answered; ``error``: it answered with an error result;
 ``failed``: it could not be called or gave no answer; ``timeout``: it took longer
