@@ -102,7 +102,7 @@ async def test_without_an_input_the_model_writes_a_sentence_of_the_lark_grammar(
 
 async def test_codex_apply_patch_grammar_is_accepted_and_followed(server: Server) -> None:
     response = await server.client.responses.create(
-        model=MODEL, input="custom:apply_patch", tools=[apply_patch()]
+        model=MODEL, input="custom:apply_patch <<<not a patch>>>", tools=[apply_patch()]
     )
     (call,) = _custom_calls(response.output)
     # lark cannot parse this grammar (empty terminals): the patch's shape tells.

@@ -7,6 +7,7 @@ import re
 import pytest
 from lark import Lark
 
+from tests.api.test_custom_tools import APPLY_PATCH_GRAMMAR, PATCH
 from trio_responses._exceptions import InvalidRequestError
 from trio_responses.engine.grammar_instance import NoInstance, grammar_instance
 from trio_responses.protocol.grammar import (
@@ -41,10 +42,31 @@ def test_a_regex_sentence_matches_whole(pattern: str) -> None:
     assert re.fullmatch(pattern, grammar_instance(grammar))
 
 
-def test_a_grammar_lark_cannot_parse_is_accepted_and_written() -> None:
-    grammar = check_grammar("lark", 'start: "<" /(.*)/ ">"', param="p", name="t")
-    assert matches(grammar, "<x>") is None  # lark refuses the empty terminal
-    assert re.fullmatch(r"<.+>", grammar_instance(grammar))
+def test_a_grammar_lark_cannot_parse_is_accepted_written_and_read() -> None:
+    # lark's parsers refuse the empty terminal; our recognizer reads it.
+    grammar = check_grammar("lark", 'start: "<" /([^>]*)/ ">"', param="p", name="t")
+    assert re.fullmatch(r"<[^>]+>", grammar_instance(grammar))
+    assert matches(grammar, "<x>") is True
+    assert matches(grammar, "<>") is True
+    assert matches(grammar, "<x") is False
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (PATCH, True),
+        (PATCH.removesuffix("\n"), True),
+        ("*** Begin Patch\n*** Add File: a\n+\n*** End Patch\n", True),
+        ("*** Begin Patch\n*** Update File: a.py\n@@ def f\n-x\n+y\n \n*** End Patch", True),
+        ("*** Begin Patch\n*** Delete File: a\n*** Move to: b\n*** End Patch", False),
+        ("*** Begin Patch\n*** End Patch\n", False),
+        ("not a patch", False),
+    ],
+)
+def test_codex_apply_patch_grammar_is_read(text: str, expected: bool) -> None:
+    grammar = check_grammar("lark", APPLY_PATCH_GRAMMAR, param="p", name="apply_patch")
+    assert matches(grammar, text) is expected
+    assert matches(grammar, grammar_instance(grammar)) is True
 
 
 @pytest.mark.parametrize(

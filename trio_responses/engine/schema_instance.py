@@ -570,6 +570,8 @@ def _regex_text(items: list[sre.Node], repeat: int, variant: int) -> str:
             out.append(chr(arg))
         elif name == "ANY":
             out.append("a")
+        elif name == "NOT_LITERAL":
+            out.append("b" if arg == ord("a") else "a")
         elif name == "IN":
             out.append(_class_char(arg))
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):

@@ -36,7 +36,8 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
    * a choice -> the first choice that calls a tool T names in a directive
      (``call:NAME``...), else the first choice, then ``<|return|>``;
    * a custom tool's grammar -> the directive's INPUT when the grammar accepts it
-     (or lark cannot tell), else `grammar_instance` of the grammar, then ``<|call|>``;
+     (`protocol.grammar.matches`; or it cannot tell), else `grammar_instance` of
+     the grammar, then ``<|call|>``;
    * a JSON schema -> `schema_instance.instance` of it, then ``<|call|>``
      after a tool-call header or ``<|return|>``. Its hint (the value it keeps
      where it fits) is the JSON of T's directive for that tool, or, for the

@@ -135,19 +135,105 @@ def compiled_regex(definition: str) -> re.Pattern[str]:
 
 def matches(grammar: Grammar, text: str) -> bool | None:
     """Whether ``text`` is in the language of ``grammar`` (the whole text); None when
-    it cannot tell (a lark grammar lark cannot build a parser for)."""
+    it cannot tell.
+
+    A lark grammar lark cannot build a parser for (terminals that may be empty) is
+    read by `recognizes`, a small Earley recognizer whose regex terminals match
+    greedily (one length at each position): enough for line-based grammars such as
+    Codex's ``apply_patch``.
+    """
     if grammar.syntax == "regex":
         return compiled_regex(grammar.definition).fullmatch(text) is not None
     from lark.exceptions import LarkError
 
     parser = lark_parser(grammar.definition)
     if parser is None:
-        return None
+        return recognizes(compiled_lark(grammar.definition), text)
     try:
         parser.parse(text)
     except LarkError:
         return False
     return True
+
+
+MAX_RECOGNIZED_CHARS = 64 * 1024
+"""The longest text `recognizes` reads."""
+
+MAX_EARLEY_ITEMS = 200_000
+"""The most chart items `recognizes` builds before it gives up (None)."""
+
+
+def recognizes(grammar: lark_grammar.CompiledGrammar, text: str) -> bool | None:
+    """Whether ``text`` derives from ``start`` (an Earley recognizer with the empty
+    rules handled as Aycock and Horspool do); None when it cannot tell: ignored
+    terminals, or more text or work than its bounds."""
+    if grammar.ignored or len(text) > MAX_RECOGNIZED_CHARS:
+        return None
+    expansions: dict[str, list[tuple[tuple[bool, str], ...]]] = {}
+    for rule in grammar.rules:
+        expansions.setdefault(rule.origin, []).append(rule.expansion)
+    nullable: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for origin, options in expansions.items():
+            if origin not in nullable and any(
+                all(not term and name in nullable for term, name in option) for option in options
+            ):
+                nullable.add(origin)
+                changed = True
+    patterns = {
+        name: compiled_regex(t.value) if t.regex else None for name, t in grammar.terminals.items()
+    }
+    literals = {name: t.value for name, t in grammar.terminals.items()}
+    Item = tuple[str, int, int, int]  # origin, expansion, dot, start
+    charts: list[set[Item]] = [set() for _ in range(len(text) + 1)]
+    pending: list[list[Item]] = [[] for _ in range(len(text) + 1)]
+    built = 0
+
+    def add(position: int, item: Item) -> None:
+        nonlocal built
+        if item not in charts[position]:
+            charts[position].add(item)
+            pending[position].append(item)
+            built += 1
+
+    for index in range(len(expansions.get("start", []))):
+        add(0, ("start", index, 0, 0))
+    for position in range(len(text) + 1):
+        agenda = pending[position]
+        while agenda:
+            if built > MAX_EARLEY_ITEMS:
+                return None
+            origin, index, dot, start = agenda.pop()
+            option = expansions[origin][index]
+            if dot == len(option):
+                for waiting in list(charts[start]):
+                    w_origin, w_index, w_dot, w_start = waiting
+                    w_option = expansions[w_origin][w_index]
+                    if w_dot < len(w_option) and w_option[w_dot] == (False, origin):
+                        add(position, (w_origin, w_index, w_dot + 1, w_start))
+                continue
+            is_term, name = option[dot]
+            if not is_term:
+                for next_index in range(len(expansions.get(name, []))):
+                    add(position, (name, next_index, 0, position))
+                if name in nullable:
+                    add(position, (origin, index, dot + 1, start))
+                continue
+            pattern = patterns.get(name)
+            if pattern is None:
+                literal = literals.get(name, "")
+                end = position + len(literal) if text.startswith(literal, position) else -1
+            else:
+                found = pattern.match(text, position)
+                end = found.end() if found is not None else -1
+            if end >= position:
+                add(end, (origin, index, dot + 1, start))
+    return any(
+        origin == "start" and start == 0 and dot == len(expansions[origin][index])
+        for origin, index, dot, start in charts[len(text)]
+    )
 
 
 def grammar_cost(body: Any) -> int:
@@ -178,4 +264,5 @@ __all__ = [
     "grammar_cost",
     "lark_parser",
     "matches",
+    "recognizes",
 ]
