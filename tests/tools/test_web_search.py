@@ -93,6 +93,7 @@ async def test_web_search_without_a_browser_server_answers(start_server: StartSe
     assert response.status_code == 200
     output = response.json()["output"]
     call = next(item for item in output if item["type"] == "web_search_call")
+    assert call["status"] == "failed"
     assert call["action"] == {"type": "search", "query": "x"}
     answer = output[-1]["content"][0]["text"]
     assert "Web search is not available on this server" in answer
