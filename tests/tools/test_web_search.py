@@ -82,11 +82,18 @@ async def test_open_and_find_through_the_sdk(
     assert final.response.output_text == "Tool result: Found 'nursery' on line 3."
 
 
-async def test_web_search_without_a_browser_server_is_400(start_server: StartServer) -> None:
+async def test_web_search_without_a_browser_server_answers(start_server: StartServer) -> None:
+    """Clients that offer web_search with every request (Codex) still get answers: a
+    call the model makes anyway tells it that search is not available here."""
     server = await start_server()
     response = await server.http.post(
         "/v1/responses",
         json={"model": MODEL, "input": "search: x", "tools": [{"type": "web_search"}]},
     )
-    assert response.status_code == 400
-    assert "--tool-server browser=URL" in response.json()["error"]["message"]
+    assert response.status_code == 200
+    output = response.json()["output"]
+    call = next(item for item in output if item["type"] == "web_search_call")
+    assert call["status"] == "failed"
+    assert call["action"] == {"type": "search", "query": "x"}
+    answer = output[-1]["content"][0]["text"]
+    assert "Web search is not available on this server" in answer

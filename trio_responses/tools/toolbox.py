@@ -62,7 +62,12 @@ def check_request_tools(
     for index, tool in enumerate(request.tools):
         builtin = tool_for_param(tool)
         server = builtin.runner.server if builtin is not None else None
-        if builtin is not None and server is not None and server not in pool:
+        if (
+            builtin is not None
+            and server is not None
+            and server not in pool
+            and builtin.runner.unconfigured is None
+        ):
             raise InvalidRequestError(
                 builtin.runner.missing.format(type=tool.type),
                 param=f"tools[{index}]",
@@ -258,6 +263,12 @@ class Toolbox:
             arguments = runner.arguments(call.arguments)
         else:
             arguments = _arguments(call.arguments)
+        if (
+            runner.server is not None
+            and runner.unconfigured is not None
+            and self._pool.get(runner.server) is None
+        ):
+            raise ToolError(runner.unconfigured, code=METHOD_NOT_FOUND)
         if runner.server is not None:
             return await self._call_server(runner.server, name, arguments, runner.run_slots)
         label = call.recipient.partition(".")[0]

@@ -194,6 +194,10 @@ class Runner:
     """Whether a call holds a run slot (`tools.budget.RunSlots`) while it runs."""
     missing: str = ""
     """The 400 when ``server`` is not configured; ``{type}`` is the entry's type."""
+    unconfigured: str | None = None
+    """When set, a request offering the tool is accepted though ``server`` is not
+    configured, and a call the model makes anyway fails with this text (the model
+    reads it); None: such a request gets the ``missing`` 400."""
 
 
 def tool_after_dot(recipient: str) -> str:

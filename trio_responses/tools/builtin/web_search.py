@@ -141,6 +141,8 @@ TOOL = BuiltinTool(
         tool=tool_after_dot,
         missing="{type} needs a browser tool server: start the server with "
         "--tool-server browser=URL.",
+        unconfigured="Web search is not available on this server: no browser tool "
+        "server is configured. Answer without searching.",
     ),
     metrics_label="web_search",
     example={"type": "web_search"},
