@@ -1,0 +1,97 @@
+"""pydantic-ai's ``OpenAIResponsesModel`` against the server (scripted engine).
+
+pydantic-ai runs on asyncio: each agent run goes in its own event loop in a
+worker thread while the server runs on the test's Trio loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import pydantic
+import trio
+from pydantic_ai import Agent, NativeOutput
+from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from tests.support import MODEL, Server
+
+T = TypeVar("T")
+
+
+class City(pydantic.BaseModel):
+    name: str
+    population: int
+
+
+def _model(server: Server) -> OpenAIResponsesModel:
+    provider = OpenAIProvider(base_url=server.base_url, api_key="unused")
+    return OpenAIResponsesModel(MODEL, provider=provider)
+
+
+async def _in_asyncio(run: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return await trio.to_thread.run_sync(lambda: asyncio.run(run()))
+
+
+def _weather_agent(server: Server, **options: Any) -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(_model(server), **options)
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    return agent
+
+
+async def test_run(server: Server) -> None:
+    agent: Agent[None, str] = Agent(_model(server))
+    result = await _in_asyncio(lambda: agent.run("hello"))
+    assert result.output == "You said: hello"
+    assert result.usage.output_tokens > 0
+
+
+async def test_stream(server: Server) -> None:
+    agent: Agent[None, str] = Agent(_model(server))
+
+    async def stream() -> list[str]:
+        async with agent.run_stream("hello") as run:
+            return [delta async for delta in run.stream_text(delta=True, debounce_by=None)]
+
+    deltas = await _in_asyncio(stream)
+    assert len(deltas) > 1
+    assert "".join(deltas) == "You said: hello"
+
+
+async def test_function_tool_round_trip(server: Server) -> None:
+    agent = _weather_agent(server)
+    result = await _in_asyncio(lambda: agent.run('call:get_weather {"city": "Paris"}'))
+    assert result.output == "Tool result: sunny in Paris"
+
+
+async def test_two_tool_calls_in_one_turn(server: Server) -> None:
+    agent = _weather_agent(server)
+    prompt = 'call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}'
+    result = await _in_asyncio(lambda: agent.run(prompt))
+    returns = [
+        part.content
+        for message in result.all_messages()
+        for part in message.parts
+        if part.part_kind == "tool-return"
+    ]
+    assert sorted(returns) == ["sunny in Oslo", "sunny in Paris"]
+
+
+async def test_structured_output(server: Server) -> None:
+    agent = Agent(_model(server), output_type=NativeOutput(City))
+    result = await _in_asyncio(lambda: agent.run('{"name": "Paris", "population": 2100000}'))
+    assert result.output == City(name="Paris", population=2100000)
+
+
+async def test_websocket_transport(server: Server) -> None:
+    settings = OpenAIResponsesModelSettings(openai_transport="websocket")
+    agent = _weather_agent(server, model_settings=settings)
+    result = await _in_asyncio(lambda: agent.run('call:get_weather {"city": "Paris"}'))
+    assert result.output == "Tool result: sunny in Paris"
