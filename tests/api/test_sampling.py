@@ -91,3 +91,29 @@ def test_vllm_sampling_arguments_carry_the_penalties() -> None:
     defaults = sampling_kwargs(SamplingSettings(max_tokens=1, stop_token_ids=(3, 4)))
     assert defaults["presence_penalty"] == 0.0 and defaults["frequency_penalty"] == 0.0
     assert defaults["temperature"] == 1.0 and defaults["stop_token_ids"] == [3, 4]
+
+
+@pytest.mark.parametrize(
+    ("asked", "used"),
+    [("none", "low"), ("minimal", "low"), ("low", "low"), ("xhigh", "high"), ("max", "high")],
+)
+async def test_reasoning_effort_runs_at_the_nearest_gpt_oss_level(
+    server: Server, asked: str, used: str
+) -> None:
+    created = await server.client.responses.create(
+        model=MODEL,
+        input="hi",
+        reasoning={"effort": asked},  # type: ignore[typeddict-item]
+    )
+    assert created.status == "completed"
+    assert created.reasoning is not None and created.reasoning.effort == used
+    stored = await server.http.get(f"/v1/responses/{created.id}")
+    assert stored.json()["reasoning"]["effort"] == used
+
+
+async def test_an_effort_the_sdk_does_not_know_is_400(server: Server) -> None:
+    response = await server.http.post(
+        "/v1/responses", json={"model": MODEL, "input": "hi", "reasoning": {"effort": "extreme"}}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "reasoning.effort"

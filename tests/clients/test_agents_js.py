@@ -53,11 +53,6 @@ async def test_function_tool(node: str, server: Server) -> None:  # noqa: F811
     assert result["output"] == "Tool result: sunny in Paris"
 
 
-async def test_two_tool_calls_in_one_turn(node: str, server: Server) -> None:  # noqa: F811
-    result = await _scenario(node, server, "two-tools")
-    assert sorted(result["toolOutputs"]) == ["sunny in Oslo", "sunny in Paris"]
-
-
 async def test_structured_output(node: str, server: Server) -> None:  # noqa: F811
     result = await _scenario(node, server, "structured")
     assert result["output"] == {"name": "Paris", "population": 2100000}

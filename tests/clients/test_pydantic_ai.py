@@ -71,19 +71,6 @@ async def test_function_tool_round_trip(server: Server) -> None:
     assert result.output == "Tool result: sunny in Paris"
 
 
-async def test_two_tool_calls_in_one_turn(server: Server) -> None:
-    agent = _weather_agent(server)
-    prompt = 'call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}'
-    result = await _in_asyncio(lambda: agent.run(prompt))
-    returns = [
-        part.content
-        for message in result.all_messages()
-        for part in message.parts
-        if part.part_kind == "tool-return"
-    ]
-    assert sorted(returns) == ["sunny in Oslo", "sunny in Paris"]
-
-
 async def test_structured_output(server: Server) -> None:
     agent = Agent(_model(server), output_type=NativeOutput(City))
     result = await _in_asyncio(lambda: agent.run('{"name": "Paris", "population": 2100000}'))

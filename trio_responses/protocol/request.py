@@ -44,6 +44,7 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    field_validator,
 )
 
 from .._exceptions import InvalidRequestError
@@ -469,9 +470,20 @@ ToolChoiceObject = Annotated[
 ]
 
 
+EFFORT_FOR: dict[str, str] = {"none": "low", "minimal": "low", "xhigh": "high", "max": "high"}
+"""The SDK's reasoning levels that gpt-oss lacks, mapped to the nearest it has
+(gpt-oss reasons at low, medium or high); the Response echoes the level used."""
+
+
 class Reasoning(BaseModel):
     model_config = _STRICT
     effort: Literal["low", "medium", "high"] | None = None
+
+    @field_validator("effort", mode="before")
+    @classmethod
+    def _nearest_effort(cls, value: object) -> object:
+        return EFFORT_FOR.get(value, value) if isinstance(value, str) else value
+
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 

@@ -52,13 +52,6 @@ const scenarios = {
     const result = await runner.run(agent({ tools: [getWeather] }), 'call:get_weather {"city": "Paris"}');
     return { output: result.finalOutput, toolOutputs: toolOutputs(result) };
   },
-  async "two-tools"() {
-    const result = await runner.run(
-      agent({ tools: [getWeather] }),
-      'call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}',
-    );
-    return { output: result.finalOutput, toolOutputs: toolOutputs(result) };
-  },
   async structured() {
     const City = z.object({ name: z.string(), population: z.number().int() });
     const result = await runner.run(
