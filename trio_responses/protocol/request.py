@@ -148,6 +148,8 @@ class UnsupportedPart(BaseModel):
 
     model_config = _REFUSED
     type: Literal["input_image", "input_file", "input_audio"]
+    filename: Any = None
+    """An ``input_file``'s name, kept for the placeholder the model reads."""
 
 
 ContentPart = Annotated[
@@ -234,7 +236,7 @@ class FunctionCallOutputItem(BaseModel):
     def text(self) -> str:
         if isinstance(self.output, str):
             return self.output
-        return "".join(p.text for p in self.output if isinstance(p, InputText | OutputText))
+        return content_text(self.output)
 
 
 class CustomToolCallItem(BaseModel):
@@ -272,8 +274,27 @@ class CustomToolCallOutputItem(BaseModel):
 
 
 def content_text(parts: Sequence[ContentPart]) -> str:
-    """The text of a tool output's content parts, joined."""
-    return "".join(p.text for p in parts if isinstance(p, InputText | OutputText))
+    """The text of a tool output's content parts, joined, in order. gpt-oss reads text
+    only: an image, file or audio part becomes a visible placeholder that says what was
+    left out (Codex's ``view_image`` returns an image; its turn goes on)."""
+    pieces: list[str] = []
+    for part in parts:
+        if isinstance(part, InputText | OutputText):
+            pieces.append(part.text)
+        elif isinstance(part, UnsupportedPart):
+            if pieces and not pieces[-1].endswith(("\n", " ")):
+                pieces.append("\n")
+            pieces.append(omitted_placeholder(part))
+    return "".join(pieces)
+
+
+def omitted_placeholder(part: UnsupportedPart) -> str:
+    """``[image omitted: this model reads text only]``; a file names itself."""
+    kind = part.type.removeprefix("input_")
+    filename = part.filename
+    if kind == "file" and isinstance(filename, str) and filename:
+        kind = f"file {filename[:200]!r}"
+    return f"[{kind} omitted: this model reads text only]"
 
 
 class ReasoningItem(BaseModel):
