@@ -507,6 +507,11 @@ class Reasoning(BaseModel):
 
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    # Harmony drops the reasoning of earlier turns: ``current_turn`` is what runs
+    # (``auto`` picks it); ``all_turns`` would need another prompt format.
+    context: Literal["auto", "current_turn"] | None = None
+    # gpt-oss has one execution mode.
+    mode: Literal["standard"] | None = None
 
 
 class FormatText(BaseModel):
