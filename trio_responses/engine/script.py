@@ -10,6 +10,8 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
    directive found in T:
 
    * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
+     ``call:NAMESPACE.NAME {json}`` (NAME declared in that namespace: a namespace
+     tool's function) -> a ``NAMESPACE.NAME`` call;
    * ``custom:NAME <<<INPUT>>>`` (custom tool NAME declared) -> a ``functions.NAME``
      call with the raw text INPUT (no content type); ``custom:NAME`` alone: the
      input is the unconstrained answer, or, for a tool with a grammar (a
@@ -100,7 +102,7 @@ class _Prompt:
         return name in self.namespaces.get(label, ())
 
 
-_CALL = re.compile(r"call:([A-Za-z0-9_-]+)[ \t]*")
+_CALL = re.compile(r"call:((?:[A-Za-z0-9_-]+\.)?[A-Za-z0-9_-]+)[ \t]*")
 _CUSTOM = re.compile(r"custom:([A-Za-z0-9_-]+)(?:[ \t]*<<<(.*?)>>>)?", re.DOTALL)
 _TOKENS = re.compile(r"tokens:(\d+)")
 _FAIL = re.compile(r"fail:(\d+)")
@@ -192,7 +194,7 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
         text,
         _CALL,
         "commentary",
-        lambda m: f"functions.{m[1]}" if m[1] in prompt.functions else None,
+        lambda m: _function_recipient(m[1], prompt),
     )
     if call is not None:
         found.append(call)
@@ -216,6 +218,15 @@ def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]
         return _final(f"You said: {text}"), None
     _, tokens, fail_after = min(found, key=lambda entry: entry[0])
     return tokens, fail_after
+
+
+def _function_recipient(name: str, prompt: _Prompt) -> str | None:
+    """``functions.NAME`` of a declared function, or ``NAMESPACE.NAME`` of a function
+    declared in that namespace (a namespace tool's)."""
+    namespace, _, function = name.rpartition(".")
+    if not namespace:
+        return f"functions.{name}" if name in prompt.functions else None
+    return name if function in prompt.namespaces.get(namespace, ()) else None
 
 
 def _json_call(
@@ -432,7 +443,8 @@ def _directives(text: str, prompt: _Prompt) -> list[tuple[int, str, object]]:
     for match in _CALL.finditer(text):
         raw = json_object_at(text, match.end())
         if raw is not None:
-            found.append((match.start(), f"functions.{match[1]}", json.loads(raw)))
+            recipient = match[1] if "." in match[1] else f"functions.{match[1]}"
+            found.append((match.start(), recipient, json.loads(raw)))
     for match in _CUSTOM.finditer(text):
         if match[2] is not None:
             found.append((match.start(), f"functions.{match[1]}", match[2]))

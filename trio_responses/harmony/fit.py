@@ -60,6 +60,7 @@ from .prompt import (
     item_messages,
     orphan_custom_output,
     orphan_output,
+    qualified_name,
 )
 from .token_bound import MESSAGE_OVERHEAD, min_tokens
 
@@ -338,7 +339,7 @@ def _call_names(items: Sequence[InputItem]) -> dict[int, str]:
     names: dict[int, str] = {}
     for index, item in enumerate(items):
         if isinstance(item, FunctionCallItem):
-            calls[item.call_id] = item.name
+            calls[item.call_id] = qualified_name(item)
         elif isinstance(item, FunctionCallOutputItem) and item.call_id in calls:
             names[index] = calls[item.call_id]
     names.update(_custom_call_names(items))

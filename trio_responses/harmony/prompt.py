@@ -193,7 +193,8 @@ def _developer_content(
     functions = [] if hide_tools else request.function_tools
     customs = [] if hide_tools else request.custom_tools
     namespaces = [] if hide_tools else list(tools.namespaces)
-    if not instructions and not functions and not customs and not namespaces:
+    grouped = [] if hide_tools else request.namespace_tools
+    if not instructions and not functions and not customs and not namespaces and not grouped:
         return None
     content = DeveloperContent.new()
     if instructions:
@@ -207,6 +208,17 @@ def _developer_content(
                 ),
                 *(custom_tool_description(tool) for tool in customs),
             ]
+        )
+    for group in grouped:
+        content = content.with_tools(
+            ToolNamespaceConfig(
+                name=group.name,
+                description=group.description,
+                tools=[
+                    ToolDescription.new(tool.name, tool.description or "", tool.parameters)
+                    for tool in group.tools
+                ],
+            )
         )
     for namespace in namespaces:
         content = content.with_tools(
@@ -237,7 +249,7 @@ class _History:
 
     def messages(self, item: InputItem, index: int) -> list[Message]:
         if isinstance(item, FunctionCallItem):
-            self._calls[item.call_id] = item.name
+            self._calls[item.call_id] = qualified_name(item)
         elif isinstance(item, FunctionCallOutputItem):
             name = self._calls.get(item.call_id)
             if name is None:
@@ -291,9 +303,11 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
     if isinstance(item, ReasoningItem):
         return [Message.from_role_and_content(Role.ASSISTANT, item.text()).with_channel("analysis")]
     if isinstance(item, FunctionCallItem):
-        return [_call_message(f"functions.{item.name}", item.arguments, "commentary", "json")]
+        recipient = function_recipient(qualified_name(item))
+        return [_call_message(recipient, item.arguments, "commentary", "json")]
     if isinstance(item, FunctionCallOutputItem):
-        return [_tool_message(f"functions.{function_name}", item.text(), "commentary")]
+        author = function_recipient(function_name or "")
+        return [_tool_message(author, item.text(), "commentary")]
     if isinstance(item, CustomToolCallItem):
         return [custom_call_message(item.name, item.input)]
     if isinstance(item, CustomToolCallOutputItem):
@@ -313,6 +327,17 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
     # are in the namespaces; a request is rendered with its response), nor do the
     # calls of tools that keep no results to show.
     return []
+
+
+def qualified_name(call: FunctionCallItem) -> str:
+    """``NAME``, or ``NAMESPACE.NAME`` for a namespace tool's call (a function's
+    name has no dot)."""
+    return f"{call.namespace}.{call.name}" if call.namespace else call.name
+
+
+def function_recipient(qualified: str) -> str:
+    """The harmony recipient of a function: ``functions.NAME`` or ``NAMESPACE.NAME``."""
+    return qualified if "." in qualified else f"functions.{qualified}"
 
 
 def custom_call_message(name: str, text: str) -> Message:

@@ -199,7 +199,8 @@ class TurnTranslator:
         if isinstance(route, BuiltinTool):
             builder.open_tool_call(route.item, recipient)
         elif route == "function":
-            builder.open_function_call(recipient.removeprefix("functions."))
+            label, _, name = recipient.partition(".")
+            builder.open_function_call(name, namespace=None if label == "functions" else label)
         elif route == "custom":
             builder.open_custom_tool_call(recipient.removeprefix("functions."))
         else:

@@ -344,8 +344,9 @@ class ResponseBuilder:
             part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
         )
 
-    def open_function_call(self, name: str) -> None:
-        item = {
+    def open_function_call(self, name: str, *, namespace: str | None = None) -> None:
+        """Open a ``function_call`` item; a namespace tool's call names its ``namespace``."""
+        item: dict[str, Any] = {
             "id": new_id("fc"),
             "type": "function_call",
             "call_id": new_id("call"),
@@ -353,6 +354,8 @@ class ResponseBuilder:
             "arguments": "",
             "status": "in_progress",
         }
+        if namespace is not None:
+            item["namespace"] = namespace
         self._add("function_call", item, part=None)
 
     def open_custom_tool_call(self, name: str) -> None:

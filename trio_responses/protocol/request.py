@@ -50,6 +50,7 @@ from pydantic import (
 from .._exceptions import InvalidRequestError
 from ..tools.builtin import (
     BUILTIN_TOOLS,
+    NAMESPACES,
     BuiltinItem,
     BuiltinToolParam,
     literal_values,
@@ -393,6 +394,18 @@ class FunctionTool(BaseModel):
     output_schema: dict[str, Any] | None = None
 
 
+class NamespaceTool(BaseModel):
+    """Functions grouped under a namespace (Codex's ``multi_agent_v1``): rendered as
+    their own harmony namespace; the model calls ``NAMESPACE.NAME``, and the
+    ``function_call`` item carries ``namespace``."""
+
+    model_config = _STRICT
+    type: Literal["namespace"]
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    tools: Annotated[list[FunctionTool], Field(min_length=1, max_length=128)]
+
+
 class CustomFormatText(BaseModel):
     model_config = _STRICT
     type: Literal["text"]
@@ -438,18 +451,25 @@ class UnsupportedTool(BaseModel):
         "local_shell",
         "shell",
         "apply_patch",
-        "namespace",
         "tool_search",
         "programmatic_tool_calling",
     ]
 
 
 if TYPE_CHECKING:
-    Tool = FunctionTool | CustomTool | BuiltinToolParam | UnsupportedTool
+    Tool = FunctionTool | CustomTool | NamespaceTool | BuiltinToolParam | UnsupportedTool
     HostedChoiceType = str
 else:
     Tool = Annotated[
-        Union[(FunctionTool, CustomTool, *(tool.param for tool in BUILTIN_TOOLS), UnsupportedTool)],
+        Union[
+            (
+                FunctionTool,
+                CustomTool,
+                NamespaceTool,
+                *(tool.param for tool in BUILTIN_TOOLS),
+                UnsupportedTool,
+            )
+        ],
         Field(discriminator="type"),
     ]
     HostedChoiceType = Literal[tuple(t for tool in BUILTIN_TOOLS for t in tool.choice_types)]
@@ -611,6 +631,10 @@ class CreateRequest(BaseModel):
         return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
 
     @property
+    def namespace_tools(self) -> list[NamespaceTool]:
+        return [tool for tool in self.tools if isinstance(tool, NamespaceTool)]
+
+    @property
     def custom_tools(self) -> list[CustomTool]:
         return [tool for tool in self.tools if isinstance(tool, CustomTool)]
 
@@ -682,7 +706,12 @@ def check_includes(values: Sequence[str]) -> None:
 
 
 _SUPPORTED_TOOL_TYPES = ", ".join(
-    ["function", "custom", *(listed for tool in BUILTIN_TOOLS for listed in tool.listed_types)]
+    [
+        "function",
+        "custom",
+        "namespace",
+        *(listed for tool in BUILTIN_TOOLS for listed in tool.listed_types),
+    ]
 )
 
 
@@ -733,6 +762,7 @@ def _check_semantics(request: CreateRequest) -> None:
             param="tool_choice",
         )
     _check_custom_tools(request, seen)
+    _check_namespace_tools(request)
     text_format = request.text.format if request.text is not None else None
     if isinstance(text_format, FormatJsonSchema):
         check_json_schema(
@@ -750,6 +780,37 @@ def _check_semantics(request: CreateRequest) -> None:
                         param=f"input[{index}].content[{part_index}].type",
                         code="unsupported_value",
                     )
+
+
+def _check_namespace_tools(request: CreateRequest) -> None:
+    """Namespace tools: a namespace name no other tool uses (``functions``, a built-in
+    tool's, an MCP server's label, another namespace), functions unique within it,
+    parameters that are JSON schemas."""
+    taken = {"functions", "assistant", *NAMESPACES, *(t.server_label for t in request.mcp_tools)}
+    for index, tool in enumerate(request.tools):
+        if not isinstance(tool, NamespaceTool):
+            continue
+        if tool.name in taken:
+            raise InvalidRequestError(
+                f"Namespace name {tool.name!r} is already used: 'functions', the built-in "
+                "tools' namespaces, MCP server labels and other namespaces are taken.",
+                param=f"tools[{index}].name",
+            )
+        taken.add(tool.name)
+        names: set[str] = set()
+        for inner, function in enumerate(tool.tools):
+            if function.name in names:
+                raise InvalidRequestError(
+                    f"Duplicate function name {function.name!r} in namespace {tool.name!r}.",
+                    param=f"tools[{index}].tools[{inner}].name",
+                )
+            names.add(function.name)
+            if function.parameters:
+                check_json_schema(
+                    function.parameters,
+                    param=f"tools[{index}].tools[{inner}].parameters",
+                    what=f"the parameters of function {tool.name}.{function.name}",
+                )
 
 
 def _check_custom_tools(request: CreateRequest, functions: set[str]) -> None:

@@ -199,6 +199,11 @@ class Toolbox:
         self.mcp = {} if hidden else {t.server_label: McpServerUse.of(t) for t in request.mcp_tools}
         self.custom = frozenset(tool.name for tool in request.custom_tools)
         """The names of the request's custom tools (called as ``functions.NAME``)."""
+        self.namespaces = {
+            tool.name: frozenset(function.name for function in tool.tools)
+            for tool in ([] if hidden else request.namespace_tools)
+        }
+        """The function names of each of the request's namespace tools."""
         self._sessions: dict[str, McpSession] = {}
 
     # -- routing ---------------------------------------------------------------------
@@ -207,6 +212,8 @@ class Toolbox:
         if recipient.startswith("functions."):
             return "custom" if recipient[10:] in self.custom else "function"
         label, _, name = recipient.partition(".")
+        if name in self.namespaces.get(label, ()):
+            return "function"
         tool = NAMESPACES.get(label)
         if tool is not None:
             return tool if label in self.builtin and tool.harmony.calls(recipient) else "unknown"
