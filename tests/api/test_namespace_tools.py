@@ -126,3 +126,19 @@ async def test_duplicate_functions_and_bad_schemas_in_a_namespace_are_400(
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "tools[0].tools[0].parameters"
+
+
+async def test_required_tool_choice_can_be_met_by_a_namespace_function(server: Server) -> None:
+    # Only namespace tools: "required" steers the turn into a call of one of them,
+    # its arguments constrained to that function's schema.
+    response = await server.client.responses.create(
+        model=MODEL,
+        input="just answer",
+        tools=[AGENTS],  # type: ignore[list-item]
+        tool_choice="required",
+    )
+    call = response.output[-1]
+    assert call.type == "function_call" and call.namespace == "multi_agent_v1"
+    assert call.name in {"spawn_agent", "wait"}
+    if call.name == "spawn_agent":
+        assert isinstance(json.loads(call.arguments)["message"], str)

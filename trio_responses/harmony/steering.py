@@ -213,6 +213,11 @@ def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
         Target(f"functions.{tool.name}", "commentary", "", grammar=tool.grammar)
         for tool in request.custom_tools
     )
+    targets.extend(
+        Target(f"{group.name}.{tool.name}", "commentary", "json", tool.parameters or ANY_OBJECT)
+        for group in request.namespace_tools
+        for tool in group.tools
+    )
     for name, builtin in NAMESPACES.items():
         target = _forced_target(builtin) if name in tools.builtin else None
         if target is not None:
