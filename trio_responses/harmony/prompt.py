@@ -8,7 +8,7 @@ Fitting it into the context window (``truncation``) is `fit.render_request_promp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,9 @@ from ..protocol.request import (
     McpApprovalResponseItem,
     McpCallItem,
     MessageItem,
+    NamespaceTool,
     ReasoningItem,
+    ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
 )
@@ -183,17 +185,22 @@ def _developer_content(
     elif isinstance(text_format, FormatJsonObject):
         instructions.append("Answer with a single JSON object.")
     choice = request.tool_choice
-    if choice == "required":
+    if choice == "required" or (
+        isinstance(choice, ToolChoiceAllowed) and choice.mode == "required"
+    ):
         instructions.append("You must call one of the available tools before answering.")
     elif isinstance(choice, ToolChoiceFunction):
         instructions.append(f"You must call the function `{choice.name}` before answering.")
     elif isinstance(choice, ToolChoiceCustom):
         instructions.append(f"You must call the tool `{choice.name}` before answering.")
 
+    may_call = request.may_call
     functions = [] if hide_tools else request.function_tools
+    functions = [tool for tool in functions if may_call(f"functions.{tool.name}")]
     customs = [] if hide_tools else request.custom_tools
-    namespaces = [] if hide_tools else list(tools.namespaces)
-    grouped = [] if hide_tools else request.namespace_tools
+    customs = [tool for tool in customs if may_call(f"functions.{tool.name}")]
+    namespaces = [] if hide_tools else _allowed_namespaces(tools.namespaces, may_call)
+    grouped = [] if hide_tools else _allowed_groups(request.namespace_tools, may_call)
     if not instructions and not functions and not customs and not namespaces and not grouped:
         return None
     content = DeveloperContent.new()
@@ -210,16 +217,7 @@ def _developer_content(
             ]
         )
     for group in grouped:
-        content = content.with_tools(
-            ToolNamespaceConfig(
-                name=group.name,
-                description=group.description,
-                tools=[
-                    ToolDescription.new(tool.name, tool.description or "", tool.parameters)
-                    for tool in group.tools
-                ],
-            )
-        )
+        content = content.with_tools(group)
     for namespace in namespaces:
         content = content.with_tools(
             ToolNamespaceConfig(
@@ -327,6 +325,36 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
     # are in the namespaces; a request is rendered with its response), nor do the
     # calls of tools that keep no results to show.
     return []
+
+
+def _allowed_namespaces(
+    namespaces: Sequence[ToolNamespace], may_call: Callable[[str], bool]
+) -> list[ToolNamespace]:
+    """The MCP namespaces with only the tools ``tool_choice`` lets the model call."""
+    shown = []
+    for namespace in namespaces:
+        kept = [tool for tool in namespace.tools if may_call(f"{namespace.name}.{tool.name}")]
+        if kept:
+            shown.append(ToolNamespace(namespace.name, namespace.description, kept))
+    return shown
+
+
+def _allowed_groups(
+    groups: Sequence[NamespaceTool], may_call: Callable[[str], bool]
+) -> list[ToolNamespaceConfig]:
+    """The request's namespace tools, as harmony namespaces of the callable functions."""
+    shown = []
+    for group in groups:
+        kept = [
+            ToolDescription.new(tool.name, tool.description or "", tool.parameters)
+            for tool in group.tools
+            if may_call(f"{group.name}.{tool.name}")
+        ]
+        if kept:
+            shown.append(
+                ToolNamespaceConfig(name=group.name, description=group.description, tools=kept)
+            )
+    return shown
 
 
 def qualified_name(call: FunctionCallItem) -> str:

@@ -33,6 +33,7 @@ from ..protocol.request import (
     CreateRequest,
     FormatJsonObject,
     FormatJsonSchema,
+    ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
     ToolChoiceHosted,
@@ -174,10 +175,12 @@ def steering_for(request: CreateRequest, tools: PromptTools, *, forced: bool) ->
     if choice == "none":
         return Steering(final_schema=final_schema, no_calls=True)
     grammars = _custom_grammars(request)
-    every = _targets(request, tools)
+    every = [target for target in _targets(request, tools) if request.may_call(target.recipient)]
     targets: tuple[Target, ...] = ()
     if forced:
-        if choice == "required":
+        if choice == "required" or (
+            isinstance(choice, ToolChoiceAllowed) and choice.mode == "required"
+        ):
             targets = tuple(every)
         elif isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):
             targets = tuple(t for t in every if t.recipient == f"functions.{choice.name}")

@@ -54,6 +54,8 @@ from ..tools.builtin import (
     BuiltinItem,
     BuiltinToolParam,
     literal_values,
+    requested_namespaces,
+    tool_for_choice,
     tool_for_param,
 )
 
@@ -505,8 +507,21 @@ class ToolChoiceHosted(BaseModel):
     type: HostedChoiceType
 
 
+class ToolChoiceAllowed(BaseModel):
+    """``{"type": "allowed_tools", "mode": …, "tools": [...]}``: only the listed tools
+    may be called (the others are not shown to the model); ``required`` forces a call
+    of one of them. Entries name tools as ``tool_choice`` does: ``{"type": "function",
+    "name"}``, ``{"type": "custom", "name"}``, ``{"type": "mcp", "server_label",
+    "name"?}`` or a built-in tool's type."""
+
+    model_config = _STRICT
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=128)]
+
+
 ToolChoiceObject = Annotated[
-    ToolChoiceFunction | ToolChoiceCustom | ToolChoiceMcp | ToolChoiceHosted,
+    ToolChoiceFunction | ToolChoiceCustom | ToolChoiceMcp | ToolChoiceHosted | ToolChoiceAllowed,
     Field(discriminator="type"),
 ]
 
@@ -629,6 +644,14 @@ class CreateRequest(BaseModel):
     @property
     def function_tools(self) -> list[FunctionTool]:
         return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
+
+    def may_call(self, recipient: str) -> bool:
+        """Whether ``tool_choice`` lets the model call ``recipient`` (``functions.NAME``,
+        ``NAMESPACE.NAME``, ``browser.search``...): only ``allowed_tools`` restricts."""
+        allowed = allowed_recipients(self)
+        if allowed is None:
+            return True
+        return any(recipient == name or recipient.startswith(name + ".") for name in allowed)
 
     @property
     def namespace_tools(self) -> list[NamespaceTool]:
@@ -763,6 +786,7 @@ def _check_semantics(request: CreateRequest) -> None:
         )
     _check_custom_tools(request, seen)
     _check_namespace_tools(request)
+    allowed_recipients(request)
     text_format = request.text.format if request.text is not None else None
     if isinstance(text_format, FormatJsonSchema):
         check_json_schema(
@@ -780,6 +804,58 @@ def _check_semantics(request: CreateRequest) -> None:
                         param=f"input[{index}].content[{part_index}].type",
                         code="unsupported_value",
                     )
+
+
+_HOSTED_CHOICES = frozenset(t for tool in BUILTIN_TOOLS for t in tool.choice_types)
+
+
+def allowed_recipients(request: CreateRequest) -> frozenset[str] | None:
+    """The recipients, or recipient prefixes (an MCP label, a built-in namespace), that
+    an ``allowed_tools`` choice lists; None: no such choice.
+
+    Raises:
+        InvalidRequestError: an entry that names no tool of the request.
+    """
+    choice = request.tool_choice
+    if not isinstance(choice, ToolChoiceAllowed):
+        return None
+    functions = {tool.name for tool in request.function_tools} | {
+        tool.name for tool in request.custom_tools
+    }
+    grouped = {f"{g.name}.{tool.name}" for g in request.namespace_tools for tool in g.tools}
+    labels = {tool.server_label for tool in request.mcp_tools}
+    builtin = requested_namespaces(request.tools)
+    found: set[str] = set()
+    for index, entry in enumerate(choice.tools):
+        kind, name = entry.get("type"), entry.get("name")
+        namespace = entry.get("namespace")
+        recipient: str | None = None
+        if kind in ("function", "custom") and isinstance(name, str):
+            if isinstance(namespace, str):
+                name = f"{namespace}.{name}"
+            if name in functions:
+                recipient = f"functions.{name}"
+            elif name in grouped:
+                recipient = name
+        elif kind == "namespace" and isinstance(name, str):
+            if any(full.startswith(name + ".") for full in grouped):
+                recipient = name
+        elif kind == "mcp" and entry.get("server_label") in labels:
+            label = str(entry["server_label"])
+            recipient = f"{label}.{name}" if isinstance(name, str) else label
+        elif isinstance(kind, str) and kind in _HOSTED_CHOICES:
+            namespace = tool_for_choice(kind).harmony.namespace
+            if namespace is not None and namespace in builtin:
+                recipient = namespace
+        if recipient is None:
+            raise InvalidRequestError(
+                f"tool_choice.tools[{index}] names no tool of this request: list tools "
+                'from \'tools\' as {"type": "function", "name": ...} (or custom, mcp '
+                "with server_label, or a built-in tool's type).",
+                param=f"tool_choice.tools[{index}]",
+            )
+        found.add(recipient)
+    return frozenset(found)
 
 
 def _check_namespace_tools(request: CreateRequest) -> None:

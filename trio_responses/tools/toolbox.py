@@ -204,11 +204,14 @@ class Toolbox:
             for tool in ([] if hidden else request.namespace_tools)
         }
         """The function names of each of the request's namespace tools."""
+        self._may_call = request.may_call
         self._sessions: dict[str, McpSession] = {}
 
     # -- routing ---------------------------------------------------------------------
 
     def route(self, recipient: str) -> Route:
+        if not self._may_call(recipient):
+            return "unknown"
         if recipient.startswith("functions."):
             return "custom" if recipient[10:] in self.custom else "function"
         label, _, name = recipient.partition(".")
