@@ -2,93 +2,19 @@
 
 ``tests/clients/js/vercel_ai.mjs`` runs one scenario per node process against the
 test's server and prints what the SDK returned, with the request bodies it sent.
-Its packages come from ``tests/clients/js/package-lock.json``: ``npm ci`` installs
-them (CI does so before pytest; here it runs when they are missing). Without node
-and npm these tests fail: they are part of what this server promises.
+Node and the packages: `tests.clients.node`.
 """
 
 from __future__ import annotations
 
-import json
-import pathlib
-import shutil
-import subprocess
 from typing import Any
 
-import pytest
-import trio
-
+from tests.clients.node import run_scenario
 from tests.support import MODEL, Server
-
-JS = pathlib.Path(__file__).parent / "js"
-SCRIPT = JS / "vercel_ai.mjs"
-MIN_NODE = 18
-
-
-def _pinned_packages_installed() -> bool:
-    """Whether node_modules holds exactly the versions package.json pins."""
-    pinned: dict[str, str] = json.loads((JS / "package.json").read_text())["dependencies"]
-    for name, version in pinned.items():
-        manifest = JS / "node_modules" / name / "package.json"
-        if not manifest.is_file() or json.loads(manifest.read_text())["version"] != version:
-            return False
-    return True
-
-
-@pytest.fixture(scope="session")
-def node() -> str:
-    """The node executable, with the SDK's packages installed (``npm ci``).
-
-    Raises:
-        pytest.fail.Exception: node or npm is missing or too old, or ``npm ci`` failed.
-    """
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail(
-            "The Vercel AI SDK tests need node (>= 18) and npm: install them "
-            "(Debian: apt-get install nodejs npm), then run "
-            "'npm ci --prefix tests/clients/js'."
-        )
-    version = subprocess.run(
-        [node, "--version"], capture_output=True, text=True, check=True, timeout=30
-    ).stdout.strip()
-    if int(version.lstrip("v").split(".")[0]) < MIN_NODE:
-        pytest.fail(f"The Vercel AI SDK needs node >= {MIN_NODE}; this is node {version}.")
-    if not _pinned_packages_installed():
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=JS,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            pytest.fail(
-                f"'npm ci' in {JS} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-            )
-    return node
 
 
 async def _scenario(node: str, server: Server, name: str) -> dict[str, Any]:
-    """Run one scenario of vercel_ai.mjs; its JSON result.
-
-    Raises:
-        AssertionError: the script failed (the SDK threw) or printed no JSON.
-        trio.TooSlowError: it took more than a minute.
-    """
-    with trio.fail_after(60):
-        done = await trio.run_process(
-            [node, str(SCRIPT), server.base_url, MODEL, name],
-            cwd=JS,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    stderr = done.stderr.decode(errors="replace")
-    assert done.returncode == 0, f"the Vercel AI SDK failed ({name}):\n{stderr}"
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return await run_scenario(node, "vercel_ai.mjs", server, name, sdk="Vercel AI SDK")
 
 
 def _input_types(request: dict[str, Any]) -> list[str]:

@@ -32,6 +32,7 @@ their descriptors, in the registry's order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -237,9 +238,7 @@ class FunctionCallOutputItem(BaseModel):
     created_by: str | None = None
 
     def text(self) -> str:
-        if isinstance(self.output, str):
-            return self.output
-        return content_text(self.output)
+        return output_text(self.output)
 
 
 class CustomToolCallItem(BaseModel):
@@ -271,9 +270,12 @@ class CustomToolCallOutputItem(BaseModel):
     created_by: str | None = None
 
     def text(self) -> str:
-        if isinstance(self.output, str):
-            return self.output
-        return content_text(self.output)
+        return output_text(self.output)
+
+
+def output_text(output: str | Sequence[ContentPart]) -> str:
+    """What the model reads of a tool's ``output``: the string, or its parts' text."""
+    return output if isinstance(output, str) else content_text(output)
 
 
 def content_text(parts: Sequence[ContentPart]) -> str:
@@ -645,10 +647,16 @@ class CreateRequest(BaseModel):
     def function_tools(self) -> list[FunctionTool]:
         return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
 
+    @functools.cached_property
+    def _allowed(self) -> frozenset[str] | None:
+        # Read once per request (routing asks on every call); a copy that changed
+        # ``tools`` or ``tool_choice`` would have to drop it (none does).
+        return allowed_recipients(self)
+
     def may_call(self, recipient: str) -> bool:
         """Whether ``tool_choice`` lets the model call ``recipient`` (``functions.NAME``,
         ``NAMESPACE.NAME``, ``browser.search``...): only ``allowed_tools`` restricts."""
-        allowed = allowed_recipients(self)
+        allowed = self._allowed
         if allowed is None:
             return True
         return any(recipient == name or recipient.startswith(name + ".") for name in allowed)
