@@ -44,6 +44,7 @@ from .engine.base import (
 )
 from .harmony.encoding import special_tokens, stop_tokens
 from .harmony.fit import render_request_prompt
+from .harmony.parallel import MAX_CALLS_PER_TURN, Declined, NextCallGate, continuation
 from .harmony.prompt import (
     DECLINED,
     PromptTools,
@@ -78,6 +79,9 @@ logger = logging.getLogger("trio_responses.generation")
 MAX_REPLACED_HEADERS = 4
 """Headers a turn may have replaced (a tool addressed under ``tool_choice: "none"``)
 before the response fails: each replacement costs another engine request."""
+
+CLIENT_ROUTES = ("function", "custom")
+"""The calls the client runs: a turn may make several (``parallel_tool_calls``)."""
 
 MAX_CHOICE_TOKENS = 64
 """The most tokens one tool choice (`_choose`) may take."""
@@ -166,15 +170,25 @@ async def generate_response(
     turn = 0
     # tool_choice forces one call per response: approved MCP calls that ran count.
     called = any(response.approve for response, _ in plan.approvals)
+    # Client calls made in this turn so far: after one, the model is asked for more.
+    client_calls = 0
     while True:
         room = max_model_len - len(prompt)
         max_tokens = room if budget is None else min(budget, room)
         if max_tokens <= 0:
-            job.finish("incomplete", incomplete_reason="max_output_tokens")
+            if client_calls:  # no room to ask for another call: the client acts next
+                job.finish("completed")
+            else:
+                job.finish("incomplete", incomplete_reason="max_output_tokens")
             return
         translator = TurnTranslator(builder, toolbox.route)
         job.begin_turn(translator, prompt_tokens=len(prompt))
         steering = steering_for(request, prompt_tools, forced=not called and tool_calls == 0)
+        feed = translator.feed if timer is None else timer.watch(translator.feed)
+        gate: NextCallGate | None = None
+        if client_calls:
+            gate = NextCallGate(feed, lambda recipient: toolbox.route(recipient) in CLIENT_ROUTES)
+            feed = gate.feed
         try:
             result = await _generate_turn(
                 engine,
@@ -192,11 +206,12 @@ async def generate_response(
                         stop_token_ids=stop_tokens(),
                     ),
                 ),
-                partial(
-                    job.log.batched,
-                    translator.feed if timer is None else timer.watch(translator.feed),
-                ),
+                partial(job.log.batched, feed),
             )
+        except Declined as declined:  # no more calls: the client acts next
+            job.end_turn(prompt_tokens=len(prompt), cached_tokens=0, hidden_tokens=declined.held)
+            job.finish("completed")
+            return
         except (EngineError, MalformedOutput) as error:
             job.end_turn(prompt_tokens=len(prompt), cached_tokens=0)
             message = str(error) if isinstance(error, EngineError) else f"{error}."
@@ -213,16 +228,32 @@ async def generate_response(
             timer.turn_ended(translator.output_tokens)
         if budget is not None:
             budget -= translator.output_tokens + hidden
+        if gate is not None and not gate.accepted:  # stopped before another call
+            job.end_turn(
+                prompt_tokens=result.prompt_tokens,
+                cached_tokens=result.cached_tokens,
+                hidden_tokens=gate.held,
+            )
+            job.finish("completed")
+            return
         outcome = translator.finish(result.finish_reason)
         call = outcome.call
         if outcome.kind == "tool_call" and call is not None:
             tool = call.tool
             if tool is None:  # a function call or an approval request
+                client = call.kind in CLIENT_ROUTES
                 if metrics is not None:
-                    if call.kind in ("function", "custom"):
+                    if client:
                         metrics.tool_call(call.kind, "client", None)
                     else:
                         metrics.tool_call(MCP.metrics_label, "approval", None)
+                client_calls += client
+                if client and request.parallel_tool_calls and client_calls < MAX_CALLS_PER_TURN:
+                    # Ask for another call before the client acts (`harmony.parallel`).
+                    called = True
+                    prompt = continuation(prompt, translator.tokens)
+                    turn += 1
+                    continue
                 job.finish("completed")  # the client acts next
                 return
             if request.max_tool_calls is not None and tool_calls >= request.max_tool_calls:

@@ -88,18 +88,24 @@ async def test_stream(server: Server) -> None:
 
 
 async def _tool_loop(chat: ChatOpenAI) -> tuple[AIMessage, AIMessage]:
-    """Ask for a call, run the tool, send its output back; both AI messages."""
+    """Ask for two calls in one response, run the tool for each, send both outputs back;
+    both AI messages."""
     bound = chat.bind_tools([get_weather])
-    messages: list[BaseMessage] = [HumanMessage('call:get_weather {"city": "Paris"}')]
+    messages: list[BaseMessage] = [
+        HumanMessage('call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}')
+    ]
     call = await trio.to_thread.run_sync(bound.invoke, messages)
     assert isinstance(call, AIMessage)
-    assert [(c["name"], c["args"]) for c in call.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert [(c["name"], c["args"]) for c in call.tool_calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
     messages.append(call)
     messages.extend(get_weather.invoke(tool_call) for tool_call in call.tool_calls)
     answer = await trio.to_thread.run_sync(bound.invoke, messages)
     assert isinstance(answer, AIMessage)
     assert answer.tool_calls == []
-    assert answer.text == "Tool result: sunny in Paris"
+    assert answer.text == "Tool result: sunny in Oslo"
     return call, answer
 
 

@@ -127,11 +127,11 @@ async def test_function_call_round_trip(server: Server) -> None:
     async def loop() -> tuple[Any, Any]:
         call = await litellm.aresponses(
             model=MODEL,
-            input='call:get_weather {"city": "Paris"}',
+            input='call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}',
             tools=[WEATHER_TOOL],
             **_options(server),
         )
-        [function_call] = [item for item in call.output if item.type == "function_call"]
+        calls = [item for item in call.output if item.type == "function_call"]
         answer = await litellm.aresponses(
             model=MODEL,
             previous_response_id=call.id,
@@ -139,18 +139,21 @@ async def test_function_call_round_trip(server: Server) -> None:
                 {
                     "type": "function_call_output",
                     "call_id": function_call.call_id,
-                    "output": "sunny",
+                    "output": f"sunny {index}",
                 }
+                for index, function_call in enumerate(calls)
             ],
             tools=[WEATHER_TOOL],
             **_options(server),
         )
-        return function_call, answer
+        return calls, answer
 
-    function_call, answer = await _in_asyncio(loop)
-    assert function_call.name == "get_weather"
-    assert function_call.arguments == '{"city": "Paris"}'
-    assert answer.output_text == "Tool result: sunny"
+    calls, answer = await _in_asyncio(loop)
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_weather", '{"city": "Oslo"}'),
+    ]
+    assert answer.output_text == "Tool result: sunny 1"
 
 
 async def test_retrieve_and_delete(server: Server) -> None:

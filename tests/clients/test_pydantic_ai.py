@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import pydantic
 import trio
 from pydantic_ai import Agent, NativeOutput
+from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
 from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -35,15 +36,23 @@ async def _in_asyncio(run: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return await trio.to_thread.run_sync(lambda: asyncio.run(run()))
 
 
-def _weather_agent(server: Server, **options: Any) -> Agent[None, str]:
+TWO_CITIES = 'call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}'
+
+
+def _weather_agent(server: Server, asked: list[str], **options: Any) -> Agent[None, str]:
     agent: Agent[None, str] = Agent(_model(server), **options)
 
     @agent.tool_plain
     def get_weather(city: str) -> str:
         """The weather in a city."""
+        asked.append(city)
         return f"sunny in {city}"
 
     return agent
+
+
+def _calls(message: ModelMessage) -> list[ToolCallPart]:
+    return [part for part in message.parts if isinstance(part, ToolCallPart)]
 
 
 async def test_run(server: Server) -> None:
@@ -66,9 +75,13 @@ async def test_stream(server: Server) -> None:
 
 
 async def test_function_tool_round_trip(server: Server) -> None:
-    agent = _weather_agent(server)
-    result = await _in_asyncio(lambda: agent.run('call:get_weather {"city": "Paris"}'))
-    assert result.output == "Tool result: sunny in Paris"
+    asked: list[str] = []
+    agent = _weather_agent(server, asked)
+    result = await _in_asyncio(lambda: agent.run(TWO_CITIES))
+    # Both calls came in one response and were run before the answer.
+    assert sorted(asked) == ["Oslo", "Paris"]
+    assert [len(_calls(m)) for m in result.all_messages() if _calls(m)] == [2]
+    assert result.output == "Tool result: sunny in Oslo"
 
 
 async def test_structured_output(server: Server) -> None:
@@ -79,6 +92,8 @@ async def test_structured_output(server: Server) -> None:
 
 async def test_websocket_transport(server: Server) -> None:
     settings = OpenAIResponsesModelSettings(openai_transport="websocket")
-    agent = _weather_agent(server, model_settings=settings)
-    result = await _in_asyncio(lambda: agent.run('call:get_weather {"city": "Paris"}'))
-    assert result.output == "Tool result: sunny in Paris"
+    asked: list[str] = []
+    agent = _weather_agent(server, asked, model_settings=settings)
+    result = await _in_asyncio(lambda: agent.run(TWO_CITIES))
+    assert sorted(asked) == ["Oslo", "Paris"]
+    assert result.output == "Tool result: sunny in Oslo"

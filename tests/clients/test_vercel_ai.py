@@ -45,14 +45,21 @@ async def test_stream_text(node: str, server: Server) -> None:
 
 
 def _check_tool_loop(result: dict[str, Any]) -> None:
-    """Two steps: the call of get_weather (run by the SDK), then the answer."""
+    """Two steps: two calls of get_weather in one response (run by the SDK), then the
+    answer."""
     call, answer = result["steps"]
     assert call["finishReason"] == "tool-calls"
-    assert call["toolCalls"] == [{"toolName": "get_weather", "input": {"city": "Paris"}}]
-    assert call["toolResults"] == [{"toolName": "get_weather", "output": "sunny in Paris"}]
+    assert call["toolCalls"] == [
+        {"toolName": "get_weather", "input": {"city": "Paris"}},
+        {"toolName": "get_weather", "input": {"city": "Oslo"}},
+    ]
+    assert call["toolResults"] == [
+        {"toolName": "get_weather", "output": "sunny in Paris"},
+        {"toolName": "get_weather", "output": "sunny in Oslo"},
+    ]
     assert answer["finishReason"] == "stop"
     assert answer["toolCalls"] == []
-    assert result["text"] == answer["text"] == "Tool result: sunny in Paris"
+    assert result["text"] == answer["text"] == "Tool result: sunny in Oslo"
     assert len(result["requests"]) == 2
 
 
@@ -65,6 +72,8 @@ async def test_tool_loop_with_stored_items(node: str, server: Server) -> None:
         "message",
         "item_reference",
         "function_call",
+        "function_call",
+        "function_call_output",
         "function_call_output",
     ]
 
@@ -72,7 +81,7 @@ async def test_tool_loop_with_stored_items(node: str, server: Server) -> None:
 async def test_streamed_tool_loop_with_stored_items(node: str, server: Server) -> None:
     result = await _scenario(node, server, "tools-stored-stream")
     _check_tool_loop(result)
-    assert "".join(result["chunks"]) == "Tool result: sunny in Paris"
+    assert "".join(result["chunks"]) == "Tool result: sunny in Oslo"
     assert all(request["stream"] is True for request in result["requests"])
     assert "item_reference" in _input_types(result["requests"][1])
 

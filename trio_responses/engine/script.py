@@ -11,7 +11,10 @@ tokens. The rules (SPEC §6), applied to the last message of the prompt:
 
    * ``call:NAME {json}`` (function NAME declared) -> a ``functions.NAME`` call;
      ``call:NAMESPACE.NAME {json}`` (NAME declared in that namespace: a namespace
-     tool's function) -> a ``NAMESPACE.NAME`` call;
+     tool's function) -> a ``NAMESPACE.NAME`` call; several ``call:`` and
+     ``custom:`` directives -> that many calls, one after another in the text's
+     order, each ending with ``<|call|>`` (the server asks for the next one after
+     each, see `trio_responses.harmony.parallel`);
    * ``custom:NAME <<<INPUT>>>`` (custom tool NAME declared) -> a ``functions.NAME``
      call with the raw text INPUT (no content type); ``custom:NAME`` alone: the
      input is the unconstrained answer, or, for a tool with a grammar (a
@@ -190,17 +193,11 @@ def _summary(prompt_tokens: Sequence[int]) -> str:
 
 def _directive(text: str, prompt: _Prompt) -> tuple[tuple[int, ...], int | None]:
     found: list[tuple[int, tuple[int, ...], int | None]] = []
-    call = _json_call(
-        text,
-        _CALL,
-        "commentary",
-        lambda m: _function_recipient(m[1], prompt),
+    client = sorted(
+        [*_function_calls(text, prompt), *_custom_calls(text, prompt)], key=lambda c: c[0]
     )
-    if call is not None:
-        found.append(call)
-    custom = _custom_call(text, prompt)
-    if custom is not None:
-        found.append(custom)
+    if client:  # every call the client runs, one after another (parallel calls)
+        found.append((client[0][0], tuple(t for _, call in client for t in call), None))
     calls = _builtin_calls(text, prompt)
     if calls:
         position, tool, recipient, body = calls[0]
@@ -229,24 +226,21 @@ def _function_recipient(name: str, prompt: _Prompt) -> str | None:
     return name if function in prompt.namespaces.get(namespace, ()) else None
 
 
-def _json_call(
-    text: str,
-    directive: re.Pattern[str],
-    channel: str,
-    recipient: Callable[[re.Match[str]], str | None],
-) -> tuple[int, tuple[int, ...], None] | None:
-    """The first ``directive`` followed by a JSON object whose ``recipient`` exists, as a call."""
-    for match in directive.finditer(text):
+def _function_calls(text: str, prompt: _Prompt) -> list[tuple[int, tuple[int, ...]]]:
+    """(position, call) of every ``call:NAME {json}`` of a declared function."""
+    found = []
+    for match in _CALL.finditer(text):
         arguments = json_object_at(text, match.end())
-        name = recipient(match)
+        name = _function_recipient(match[1], prompt)
         if name is not None and arguments is not None:
-            return match.start(), _call(channel, name, arguments, "json"), None
-    return None
+            found.append((match.start(), _call("commentary", name, arguments, "json")))
+    return found
 
 
-def _custom_call(text: str, prompt: _Prompt) -> tuple[int, tuple[int, ...], None] | None:
-    """The first ``custom:NAME`` directive of a declared tool, as a call: its input, or
-    the unconstrained answer without one (a grammar's constraint rewrites it)."""
+def _custom_calls(text: str, prompt: _Prompt) -> list[tuple[int, tuple[int, ...]]]:
+    """(position, call) of every ``custom:NAME`` directive of a declared tool: its
+    input, or the unconstrained answer without one (a grammar's constraint rewrites it)."""
+    found = []
     for match in _CUSTOM.finditer(text):
         if match[1] in prompt.functions:
             body = match[2] if match[2] is not None else f"You said: {text}"
@@ -255,8 +249,8 @@ def _custom_call(text: str, prompt: _Prompt) -> tuple[int, tuple[int, ...], None
                 *_text(body),
                 special_tokens().call,
             )
-            return match.start(), tokens, None
-    return None
+            found.append((match.start(), tokens))
+    return found
 
 
 def _builtin_calls(text: str, prompt: _Prompt) -> list[tuple[int, BuiltinTool, str, str]]:
@@ -419,8 +413,18 @@ def _grammar_body(
     starts = [i for i, token in enumerate(continuation) if token == special.start]
     header = parse_header(continuation[starts[-1] if starts else 0 :])
     grammar = Grammar(constraint.syntax, constraint.definition)
+    # Calls of the same tool earlier in the turn took the directives before this one.
+    earlier = sum(
+        1
+        for start in starts[:-1]
+        if special.message in continuation[start:]
+        and parse_header(
+            continuation[start : continuation.index(special.message, start) + 1]
+        ).recipient
+        == header.recipient
+    )
     given = (
-        _directive_arguments(prompt.last_text, header.recipient, prompt)
+        _directive_arguments(prompt.last_text, header.recipient, prompt, nth=earlier)
         if header.recipient is not None
         else MISSING
     )
@@ -460,12 +464,11 @@ def _default_body(recipient: str) -> Callable[[str], str] | None:
     return tool.script.default_body if tool is not None else None
 
 
-def _directive_arguments(text: str, recipient: str, prompt: _Prompt) -> object:
-    """The arguments ``text`` gives a call of ``recipient`` (`MISSING`: none)."""
-    for _, name, arguments in _directives(text, prompt):
-        if name == recipient:
-            return arguments
-    return MISSING
+def _directive_arguments(text: str, recipient: str, prompt: _Prompt, *, nth: int = 0) -> object:
+    """The arguments ``text``'s ``nth`` directive for ``recipient`` gives its call
+    (`MISSING`: none)."""
+    given = [arguments for _, name, arguments in _directives(text, prompt) if name == recipient]
+    return given[nth] if nth < len(given) else MISSING
 
 
 def _pick(choices: Sequence[str], text: str, prompt: _Prompt) -> str:

@@ -49,7 +49,7 @@ const scenarios = {
     return { chunks, output: result.finalOutput };
   },
   async tools() {
-    const result = await runner.run(agent({ tools: [getWeather] }), 'call:get_weather {"city": "Paris"}');
+    const result = await runner.run(agent({ tools: [getWeather] }), 'call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}');
     return { output: result.finalOutput, toolOutputs: toolOutputs(result) };
   },
   async structured() {

@@ -55,7 +55,7 @@ function summarizeSteps(steps) {
 async function toolLoop(providerOptions, streaming) {
   const options = {
     model: provider.responses(model),
-    prompt: 'call:get_weather {"city": "Paris"}',
+    prompt: 'call:get_weather {"city": "Paris"} call:get_weather {"city": "Oslo"}',
     tools: { get_weather: getWeather },
     stopWhen: stepCountIs(4),
     providerOptions,
