@@ -80,7 +80,7 @@ MAX_REPLACED_HEADERS = 4
 """Headers a turn may have replaced (a tool addressed under ``tool_choice: "none"``)
 before the response fails: each replacement costs another engine request."""
 
-CLIENT_ROUTES = ("function", "custom")
+CLIENT_ROUTES = ("function", "custom", "tool_search")
 """The calls the client runs: a turn may make several (``parallel_tool_calls``)."""
 
 MAX_CHOICE_TOKENS = 64

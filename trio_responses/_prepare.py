@@ -39,6 +39,8 @@ _ITEM_ID_PREFIX: dict[str, IdPrefix] = {
     "function_call_output": "fco",
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
+    "tool_search_call": "tsc",
+    "tool_search_output": "tso",
     "reasoning": "rs",
     "mcp_approval_response": "mcpr",
     "compaction": "cmp",
@@ -128,6 +130,8 @@ def prepare(
             unseal(item, None if index < len(context) else f"input[{index - len(context)}]")
             for index, item in enumerate(items)
         ]
+    # Tools a tool_search_output item loaded join those the model sees.
+    request = request.with_loaded_tools(items)
     plan = _plan(request, items, date or datetime.datetime.now(datetime.UTC).date().isoformat())
     prompt = render_request_prompt(
         request,

@@ -25,7 +25,7 @@ from openai_harmony import (
 )
 
 from .._exceptions import InvalidRequestError
-from ..protocol.codec import encode_ascii_json
+from ..protocol.codec import encode_ascii_json, encode_json
 from ..protocol.request import (
     CreateRequest,
     CustomTool,
@@ -35,6 +35,7 @@ from ..protocol.request import (
     FormatJsonSchema,
     FunctionCallItem,
     FunctionCallOutputItem,
+    FunctionTool,
     InputItem,
     McpApprovalRequestItem,
     McpApprovalResponseItem,
@@ -45,7 +46,10 @@ from ..protocol.request import (
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
+    ToolSearchCallItem,
+    ToolSearchOutputItem,
 )
+from ..protocol.tool_params import TOOL_SEARCH, TOOL_SEARCH_DESCRIPTION
 from ..tools.builtin import NAMESPACES, tool_of_call_item
 from .encoding import get_encoding
 
@@ -199,6 +203,16 @@ def _developer_content(
     functions = [tool for tool in functions if may_call(f"functions.{tool.name}")]
     customs = [] if hide_tools else request.custom_tools
     customs = [tool for tool in customs if may_call(f"functions.{tool.name}")]
+    search = None if hide_tools else request.tool_search
+    if search is not None and may_call(f"functions.{TOOL_SEARCH}"):
+        functions.append(
+            FunctionTool(
+                type="function",
+                name=TOOL_SEARCH,
+                description=search.description or TOOL_SEARCH_DESCRIPTION,
+                parameters=search.search_parameters,
+            )
+        )
     namespaces = [] if hide_tools else _allowed_namespaces(tools.namespaces, may_call)
     grouped = [] if hide_tools else _allowed_groups(request.namespace_tools, may_call)
     if not instructions and not functions and not customs and not namespaces and not grouped:
@@ -308,6 +322,13 @@ def item_messages(item: InputItem, *, function_name: str | None = None) -> list[
         return [_tool_message(author, item.text(), "commentary")]
     if isinstance(item, CustomToolCallItem):
         return [custom_call_message(item.name, item.input)]
+    if isinstance(item, ToolSearchCallItem):
+        arguments = (
+            item.arguments if isinstance(item.arguments, str) else encode_json(item.arguments)
+        )
+        return [_call_message(f"functions.{TOOL_SEARCH}", arguments, "commentary", "json")]
+    if isinstance(item, ToolSearchOutputItem):
+        return [_tool_message(f"functions.{TOOL_SEARCH}", item.text(), "commentary")]
     if isinstance(item, CustomToolCallOutputItem):
         # Its call's name (a custom tool is called as functions.NAME, like a function).
         return [_tool_message(f"functions.{function_name}", item.text(), "commentary")]

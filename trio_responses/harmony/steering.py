@@ -39,6 +39,7 @@ from ..protocol.request import (
     ToolChoiceHosted,
     ToolChoiceMcp,
 )
+from ..protocol.tool_params import TOOL_SEARCH
 from ..tools.builtin import NAMESPACES, BuiltinTool, tool_for_choice
 from .encoding import get_encoding, special_tokens
 from .prompt import PromptTools
@@ -216,6 +217,9 @@ def _targets(request: CreateRequest, tools: PromptTools) -> list[Target]:
         Target(f"functions.{tool.name}", "commentary", "", grammar=tool.grammar)
         for tool in request.custom_tools
     )
+    if request.tool_search is not None:
+        search = request.tool_search.search_parameters
+        targets.append(Target(f"functions.{TOOL_SEARCH}", "commentary", "json", search))
     targets.extend(
         Target(f"{group.name}.{tool.name}", "commentary", "json", tool.parameters or ANY_OBJECT)
         for group in request.namespace_tools

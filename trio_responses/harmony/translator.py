@@ -24,13 +24,14 @@ from typing import Literal
 from openai_harmony import HarmonyError
 
 from ..protocol.builder import ResponseBuilder
+from ..protocol.codec import encode_json
 from ..tools.builtin import BuiltinTool
 from .encoding import special_tokens
 from .stream_parser import StreamParser
 
-RecipientKind = Literal["function", "custom", "builtin", "mcp_approval", "unknown"]
+RecipientKind = Literal["function", "custom", "tool_search", "builtin", "mcp_approval", "unknown"]
 
-Route = BuiltinTool | Literal["function", "custom", "mcp_approval", "unknown"]
+Route = BuiltinTool | Literal["function", "custom", "tool_search", "mcp_approval", "unknown"]
 """Where a recipient goes: a built-in tool, or another `RecipientKind`."""
 
 Router = Callable[[str], Route]
@@ -203,6 +204,8 @@ class TurnTranslator:
             builder.open_function_call(name, namespace=None if label == "functions" else label)
         elif route == "custom":
             builder.open_custom_tool_call(recipient.removeprefix("functions."))
+        elif route == "tool_search":
+            builder.open_tool_search_call()
         else:
             self._captured = []
 
@@ -243,4 +246,8 @@ class TurnTranslator:
         item = builder.close_item("completed")
         if route == "custom":
             return ToolCall("custom", recipient, str(item["input"]), str(item["id"]))
+        if route == "tool_search":
+            return ToolCall(
+                "tool_search", recipient, encode_json(item["arguments"]), str(item["id"])
+            )
         return ToolCall("function", recipient, str(item["arguments"]), str(item["id"]))

@@ -16,6 +16,7 @@ A built-in tool's call item is streamed as its descriptor's `ToolItem` says
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -140,13 +141,16 @@ def _tool_echo(tool: Any) -> dict[str, Any]:
         )
         return echoed
     if isinstance(tool, FunctionTool):
-        return {
+        echo = {
             "type": "function",
             "name": tool.name,
             "description": tool.description,
             "parameters": tool.parameters,
             "strict": tool.strict,
         }
+        if tool.defer_loading is not None:
+            echo["defer_loading"] = tool.defer_loading
+        return echo
     dumped: dict[str, Any] = tool.model_dump(exclude_none=True)
     return dumped
 
@@ -371,6 +375,19 @@ class ResponseBuilder:
         }
         self._add("custom_tool_call", item, part=None)
 
+    def open_tool_search_call(self) -> None:
+        """Open a ``tool_search_call`` item run by the client: its ``arguments`` (a JSON
+        object) are set when it closes; no delta events stream them."""
+        item: dict[str, Any] = {
+            "id": new_id("tsc"),
+            "type": "tool_search_call",
+            "call_id": new_id("call"),
+            "execution": "client",
+            "arguments": {},
+            "status": "in_progress",
+        }
+        self._add("tool_search_call", item, part=None)
+
     def delta(self, text: str) -> None:
         """Append streamed text to the open item (its kind picks the event)."""
         open_item = self._open
@@ -422,6 +439,8 @@ class ResponseBuilder:
         elif open_item.kind == "custom_tool_call":
             self._event({"type": "response.custom_tool_call_input.done", **ref, "input": text})
             item["input"] = text
+        elif open_item.kind == "tool_search_call":
+            item["arguments"] = _json_arguments(text)
         elif open_item.tool is not None and not open_item.input_done:
             # A tool call cut short (token budget, cancellation): keep what was written.
             field_name = open_item.tool.input_field
@@ -644,3 +663,12 @@ def stream_error_frame(sequence_number: int, error: ErrorInfo) -> bytes:
             "param": error.param,
         }
     )
+
+
+def _json_arguments(text: str) -> Any:
+    """A tool search call's arguments as the JSON value the model wrote, or the text
+    itself when it is not JSON (a call cut short)."""
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:
+        return text

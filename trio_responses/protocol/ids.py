@@ -11,6 +11,8 @@ IdPrefix = Literal[
     "rs",
     "fc",
     "fco",
+    "tsc",
+    "tso",
     "call",
     "ci",
     "ws",

@@ -42,6 +42,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -51,13 +52,8 @@ from pydantic import (
 from .._exceptions import InvalidRequestError
 from ..tools.builtin import (
     BUILTIN_TOOLS,
-    NAMESPACES,
     BuiltinItem,
-    BuiltinToolParam,
     literal_values,
-    requested_namespaces,
-    tool_for_choice,
-    tool_for_param,
 )
 
 # The MCP models live with the MCP tool; the package imports them from here.
@@ -68,9 +64,29 @@ from ..tools.builtin.mcp import McpCallItem as McpCallItem
 from ..tools.builtin.mcp import McpListToolsItem as McpListToolsItem
 from ..tools.builtin.mcp import McpTool as McpTool
 from ..tools.builtin.mcp import McpToolFilter as McpToolFilter
-from .grammar import Grammar, check_grammar
 from .json_body import printable_key
 from .json_schema import check_json_schema
+
+# The tool models live in tool_params; the package imports them from here too.
+from .tool_params import CustomTool as CustomTool
+from .tool_params import FunctionTool as FunctionTool
+from .tool_params import NamespaceTool as NamespaceTool
+from .tool_params import Tool as Tool
+from .tool_params import ToolChoiceAllowed as ToolChoiceAllowed
+from .tool_params import ToolChoiceCustom as ToolChoiceCustom
+from .tool_params import ToolChoiceFunction as ToolChoiceFunction
+from .tool_params import ToolChoiceHosted as ToolChoiceHosted
+from .tool_params import ToolChoiceMcp as ToolChoiceMcp
+from .tool_params import ToolChoiceObject as ToolChoiceObject
+from .tool_params import ToolSearchTool as ToolSearchTool
+from .tool_params import UnsupportedTool as UnsupportedTool
+from .tool_params import (
+    allowed_recipients,
+    check_loaded_tools,
+    check_tools,
+    loaded_name,
+    visible_tools,
+)
 
 __all__ = [
     "CreateRequest",
@@ -273,6 +289,39 @@ class CustomToolCallOutputItem(BaseModel):
         return output_text(self.output)
 
 
+class ToolSearchCallItem(BaseModel):
+    """The model's call of ``tool_search`` (run by the client), echoed back."""
+
+    model_config = _STRICT
+    type: Literal["tool_search_call"]
+    id: str | None = None
+    call_id: str | None = None
+    arguments: Any = None
+    execution: Literal["server", "client"] | None = None
+    status: ItemStatus | None = None
+    created_by: str | None = None
+
+
+class ToolSearchOutputItem(BaseModel):
+    """What the client's tool search found: ``tools`` the model may call from here on."""
+
+    model_config = _STRICT
+    type: Literal["tool_search_output"]
+    id: str | None = None
+    call_id: str | None = None
+    tools: Annotated[list[Tool], Field(max_length=128)]
+    execution: Literal["server", "client"] | None = None
+    status: ItemStatus | None = None
+    created_by: str | None = None
+
+    def text(self) -> str:
+        """What the model reads: the names of the tools it may now call."""
+        names = [loaded_name(tool) for tool in self.tools]
+        if not names:
+            return "No tools found."
+        return "Tools now available: " + ", ".join(names) + "."
+
+
 def output_text(output: str | Sequence[ContentPart]) -> str:
     """What the model reads of a tool's ``output``: the string, or its parts' text."""
     return output if isinstance(output, str) else content_text(output)
@@ -354,6 +403,8 @@ if TYPE_CHECKING:
         | FunctionCallOutputItem
         | CustomToolCallItem
         | CustomToolCallOutputItem
+        | ToolSearchCallItem
+        | ToolSearchOutputItem
         | ReasoningItem
         | BuiltinItem
         | CompactionItem
@@ -369,6 +420,8 @@ else:
                 Annotated[FunctionCallOutputItem, Tag("function_call_output")],
                 Annotated[CustomToolCallItem, Tag("custom_tool_call")],
                 Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")],
+                Annotated[ToolSearchCallItem, Tag("tool_search_call")],
+                Annotated[ToolSearchOutputItem, Tag("tool_search_output")],
                 Annotated[ReasoningItem, Tag("reasoning")],
                 *(
                     Annotated[model, Tag(literal_values(model)[0])]
@@ -382,150 +435,7 @@ else:
         Discriminator(_item_tag),
     ]
 
-# -- tools ------------------------------------------------------------------------------
-
-
-class FunctionTool(BaseModel):
-    model_config = _STRICT
-    type: Literal["function"]
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-    # Accepted and ignored: they do not change what the model sees.
-    defer_loading: bool | None = None
-    allowed_callers: list[str] | None = None
-    output_schema: dict[str, Any] | None = None
-
-
-class NamespaceTool(BaseModel):
-    """Functions grouped under a namespace (Codex's ``multi_agent_v1``): rendered as
-    their own harmony namespace; the model calls ``NAMESPACE.NAME``, and the
-    ``function_call`` item carries ``namespace``."""
-
-    model_config = _STRICT
-    type: Literal["namespace"]
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-    description: str | None = None
-    tools: Annotated[list[FunctionTool], Field(min_length=1, max_length=128)]
-
-
-class CustomFormatText(BaseModel):
-    model_config = _STRICT
-    type: Literal["text"]
-
-
-class CustomFormatGrammar(BaseModel):
-    model_config = _STRICT
-    type: Literal["grammar"]
-    syntax: Literal["lark", "regex"]
-    definition: str
-
-
-class CustomTool(BaseModel):
-    """A tool whose input is free text, optionally in a grammar (``format``)."""
-
-    model_config = _STRICT
-    type: Literal["custom"]
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-    description: str | None = None
-    format: (
-        Annotated[CustomFormatText | CustomFormatGrammar, Field(discriminator="type")] | None
-    ) = None
-    # Accepted and ignored: they do not change what the model sees.
-    defer_loading: bool | None = None
-    allowed_callers: list[str] | None = None
-
-    @property
-    def grammar(self) -> Grammar | None:
-        """The input's grammar (None: any text). Valid once the request is parsed."""
-        fmt = self.format
-        if isinstance(fmt, CustomFormatGrammar):
-            return Grammar(fmt.syntax, fmt.definition)
-        return None
-
-
-class UnsupportedTool(BaseModel):
-    model_config = _REFUSED
-    type: Literal[
-        "file_search",
-        "computer",
-        "computer_use_preview",
-        "image_generation",
-        "local_shell",
-        "shell",
-        "apply_patch",
-        "tool_search",
-        "programmatic_tool_calling",
-    ]
-
-
-if TYPE_CHECKING:
-    Tool = FunctionTool | CustomTool | NamespaceTool | BuiltinToolParam | UnsupportedTool
-    HostedChoiceType = str
-else:
-    Tool = Annotated[
-        Union[
-            (
-                FunctionTool,
-                CustomTool,
-                NamespaceTool,
-                *(tool.param for tool in BUILTIN_TOOLS),
-                UnsupportedTool,
-            )
-        ],
-        Field(discriminator="type"),
-    ]
-    HostedChoiceType = Literal[tuple(t for tool in BUILTIN_TOOLS for t in tool.choice_types)]
-
-# -- other structured fields ----------------------------------------------------------------
-
-
-class ToolChoiceFunction(BaseModel):
-    model_config = _STRICT
-    type: Literal["function"]
-    name: str
-
-
-class ToolChoiceMcp(BaseModel):
-    model_config = _STRICT
-    type: Literal["mcp"]
-    server_label: str
-    name: str | None = None
-
-
-class ToolChoiceCustom(BaseModel):
-    """``{"type": "custom", "name": …}``: a call of that custom tool."""
-
-    model_config = _STRICT
-    type: Literal["custom"]
-    name: str
-
-
-class ToolChoiceHosted(BaseModel):
-    """``{"type": T}`` forcing a call of the built-in tool with choice type T."""
-
-    model_config = _STRICT
-    type: HostedChoiceType
-
-
-class ToolChoiceAllowed(BaseModel):
-    """``{"type": "allowed_tools", "mode": …, "tools": [...]}``: only the listed tools
-    may be called (the others are not shown to the model); ``required`` forces a call
-    of one of them. Entries name tools as ``tool_choice`` does: ``{"type": "function",
-    "name"}``, ``{"type": "custom", "name"}``, ``{"type": "mcp", "server_label",
-    "name"?}`` or a built-in tool's type."""
-
-    model_config = _STRICT
-    type: Literal["allowed_tools"]
-    mode: Literal["auto", "required"]
-    tools: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=128)]
-
-
-ToolChoiceObject = Annotated[
-    ToolChoiceFunction | ToolChoiceCustom | ToolChoiceMcp | ToolChoiceHosted | ToolChoiceAllowed,
-    Field(discriminator="type"),
-]
+# -- tools: `protocol.tool_params` ----------------------------------------------------
 
 
 EFFORT_FOR: dict[str, str] = {"none": "low", "minimal": "low", "xhigh": "high", "max": "high"}
@@ -643,9 +553,32 @@ class CreateRequest(BaseModel):
         conversation = self.conversation
         return conversation.id if isinstance(conversation, ConversationParam) else conversation
 
+    _loaded: tuple[Tool, ...] = PrivateAttr(default=())
+
+    def with_loaded_tools(self, items: Sequence[InputItem]) -> CreateRequest:
+        """This request, its model also seeing the tools the ``tool_search_output``
+        items among ``items`` (the whole conversation) loaded; ``tools`` stays as sent."""
+        loaded = [t for i in items if isinstance(i, ToolSearchOutputItem) for t in i.tools]
+        if not loaded:
+            return self
+        copy = self.model_copy()
+        copy._loaded = tuple(loaded)
+        copy.__dict__.pop("_visible", None)
+        return copy
+
+    @functools.cached_property
+    def _visible(self) -> list[Tool]:
+        return visible_tools(self.tools, self._loaded)
+
     @property
     def function_tools(self) -> list[FunctionTool]:
-        return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
+        """The function tools the model sees (`tool_params.visible_tools`)."""
+        return [tool for tool in self._visible if isinstance(tool, FunctionTool)]
+
+    @property
+    def tool_search(self) -> ToolSearchTool | None:
+        """The ``tool_search`` tool (run by the client), if sent."""
+        return next((t for t in self.tools if isinstance(t, ToolSearchTool)), None)
 
     @functools.cached_property
     def _allowed(self) -> frozenset[str] | None:
@@ -663,11 +596,11 @@ class CreateRequest(BaseModel):
 
     @property
     def namespace_tools(self) -> list[NamespaceTool]:
-        return [tool for tool in self.tools if isinstance(tool, NamespaceTool)]
+        return [tool for tool in self._visible if isinstance(tool, NamespaceTool)]
 
     @property
     def custom_tools(self) -> list[CustomTool]:
-        return [tool for tool in self.tools if isinstance(tool, CustomTool)]
+        return [tool for tool in self._visible if isinstance(tool, CustomTool)]
 
     @property
     def mcp_tools(self) -> list[McpTool]:
@@ -736,16 +669,6 @@ def check_includes(values: Sequence[str]) -> None:
             )
 
 
-_SUPPORTED_TOOL_TYPES = ", ".join(
-    [
-        "function",
-        "custom",
-        "namespace",
-        *(listed for tool in BUILTIN_TOOLS for listed in tool.listed_types),
-    ]
-)
-
-
 def _check_semantics(request: CreateRequest) -> None:
     if request.conversation is not None and request.previous_response_id is not None:
         raise InvalidRequestError(
@@ -760,41 +683,7 @@ def _check_semantics(request: CreateRequest) -> None:
             param="background",
         )
     check_includes(request.include)
-    for index, tool in enumerate(request.tools):
-        if isinstance(tool, UnsupportedTool):
-            raise InvalidRequestError(
-                f"Tool type {tool.type!r} is not supported by this server. Supported tool "
-                f"types: {_SUPPORTED_TOOL_TYPES}.",
-                param=f"tools[{index}].type",
-                code="unsupported_value",
-            )
-        builtin = tool_for_param(tool)
-        if builtin is not None and builtin.check is not None:
-            builtin.check(tool, index)
-    seen: set[str] = set()
-    for index, function in enumerate(request.tools):
-        if isinstance(function, FunctionTool):
-            if function.name in seen:
-                raise InvalidRequestError(
-                    f"Duplicate function name {function.name!r} in 'tools'.",
-                    param=f"tools[{index}].name",
-                )
-            seen.add(function.name)
-            if function.parameters:  # missing or {}: any arguments
-                check_json_schema(
-                    function.parameters,
-                    param=f"tools[{index}].parameters",
-                    what=f"the parameters of function {function.name!r}",
-                )
-    choice = request.tool_choice
-    if isinstance(choice, ToolChoiceFunction) and choice.name not in seen:
-        raise InvalidRequestError(
-            f"tool_choice names function {choice.name!r}, which is not in 'tools'.",
-            param="tool_choice",
-        )
-    _check_custom_tools(request, seen)
-    _check_namespace_tools(request)
-    allowed_recipients(request)
+    check_tools(request)
     text_format = request.text.format if request.text is not None else None
     if isinstance(text_format, FormatJsonSchema):
         check_json_schema(
@@ -803,6 +692,8 @@ def _check_semantics(request: CreateRequest) -> None:
             what=f"response format {text_format.name!r}",
         )
     for index, item in enumerate(request.input_items):
+        if isinstance(item, ToolSearchOutputItem):
+            check_loaded_tools(item.tools, f"input[{index}].tools")
         if isinstance(item, MessageItem) and not isinstance(item.content, str):
             for part_index, part in enumerate(item.content):
                 if isinstance(part, UnsupportedPart):
@@ -812,118 +703,6 @@ def _check_semantics(request: CreateRequest) -> None:
                         param=f"input[{index}].content[{part_index}].type",
                         code="unsupported_value",
                     )
-
-
-_HOSTED_CHOICES = frozenset(t for tool in BUILTIN_TOOLS for t in tool.choice_types)
-
-
-def allowed_recipients(request: CreateRequest) -> frozenset[str] | None:
-    """The recipients, or recipient prefixes (an MCP label, a built-in namespace), that
-    an ``allowed_tools`` choice lists; None: no such choice.
-
-    Raises:
-        InvalidRequestError: an entry that names no tool of the request.
-    """
-    choice = request.tool_choice
-    if not isinstance(choice, ToolChoiceAllowed):
-        return None
-    functions = {tool.name for tool in request.function_tools} | {
-        tool.name for tool in request.custom_tools
-    }
-    grouped = {f"{g.name}.{tool.name}" for g in request.namespace_tools for tool in g.tools}
-    labels = {tool.server_label for tool in request.mcp_tools}
-    builtin = requested_namespaces(request.tools)
-    found: set[str] = set()
-    for index, entry in enumerate(choice.tools):
-        kind, name = entry.get("type"), entry.get("name")
-        namespace = entry.get("namespace")
-        recipient: str | None = None
-        if kind in ("function", "custom") and isinstance(name, str):
-            if isinstance(namespace, str):
-                name = f"{namespace}.{name}"
-            if name in functions:
-                recipient = f"functions.{name}"
-            elif name in grouped:
-                recipient = name
-        elif kind == "namespace" and isinstance(name, str):
-            if any(full.startswith(name + ".") for full in grouped):
-                recipient = name
-        elif kind == "mcp" and entry.get("server_label") in labels:
-            label = str(entry["server_label"])
-            recipient = f"{label}.{name}" if isinstance(name, str) else label
-        elif isinstance(kind, str) and kind in _HOSTED_CHOICES:
-            namespace = tool_for_choice(kind).harmony.namespace
-            if namespace is not None and namespace in builtin:
-                recipient = namespace
-        if recipient is None:
-            raise InvalidRequestError(
-                f"tool_choice.tools[{index}] names no tool of this request: list tools "
-                'from \'tools\' as {"type": "function", "name": ...} (or custom, mcp '
-                "with server_label, or a built-in tool's type).",
-                param=f"tool_choice.tools[{index}]",
-            )
-        found.add(recipient)
-    return frozenset(found)
-
-
-def _check_namespace_tools(request: CreateRequest) -> None:
-    """Namespace tools: a namespace name no other tool uses (``functions``, a built-in
-    tool's, an MCP server's label, another namespace), functions unique within it,
-    parameters that are JSON schemas."""
-    taken = {"functions", "assistant", *NAMESPACES, *(t.server_label for t in request.mcp_tools)}
-    for index, tool in enumerate(request.tools):
-        if not isinstance(tool, NamespaceTool):
-            continue
-        if tool.name in taken:
-            raise InvalidRequestError(
-                f"Namespace name {tool.name!r} is already used: 'functions', the built-in "
-                "tools' namespaces, MCP server labels and other namespaces are taken.",
-                param=f"tools[{index}].name",
-            )
-        taken.add(tool.name)
-        names: set[str] = set()
-        for inner, function in enumerate(tool.tools):
-            if function.name in names:
-                raise InvalidRequestError(
-                    f"Duplicate function name {function.name!r} in namespace {tool.name!r}.",
-                    param=f"tools[{index}].tools[{inner}].name",
-                )
-            names.add(function.name)
-            if function.parameters:
-                check_json_schema(
-                    function.parameters,
-                    param=f"tools[{index}].tools[{inner}].parameters",
-                    what=f"the parameters of function {tool.name}.{function.name}",
-                )
-
-
-def _check_custom_tools(request: CreateRequest, functions: set[str]) -> None:
-    """Custom tools: names unique among functions and custom tools (the model calls
-    both as ``functions.NAME``), grammars that compile, a ``tool_choice`` naming one."""
-    names: set[str] = set()
-    for index, tool in enumerate(request.tools):
-        if not isinstance(tool, CustomTool):
-            continue
-        if tool.name in names or tool.name in functions:
-            raise InvalidRequestError(
-                f"Duplicate tool name {tool.name!r} in 'tools': function and custom tools "
-                "need distinct names.",
-                param=f"tools[{index}].name",
-            )
-        names.add(tool.name)
-        if isinstance(tool.format, CustomFormatGrammar):
-            check_grammar(
-                tool.format.syntax,
-                tool.format.definition,
-                param=f"tools[{index}].format.definition",
-                name=tool.name,
-            )
-    choice = request.tool_choice
-    if isinstance(choice, ToolChoiceCustom) and choice.name not in names:
-        raise InvalidRequestError(
-            f"tool_choice names custom tool {choice.name!r}, which is not in 'tools'.",
-            param="tool_choice",
-        )
 
 
 _TYPE_NAMES = {

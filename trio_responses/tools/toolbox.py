@@ -41,6 +41,7 @@ from ..protocol.request import (
     McpTool,
     McpToolFilter,
 )
+from ..protocol.tool_params import TOOL_SEARCH
 from .budget import RunsBusy, RunSlots
 from .builtin import NAMESPACES, requested_namespaces, tool_for_param
 from .builtin._mcp_headers import mcp_headers
@@ -205,6 +206,7 @@ class Toolbox:
         }
         """The function names of each of the request's namespace tools."""
         self._may_call = request.may_call
+        self._tool_search = request.tool_search is not None
         self._sessions: dict[str, McpSession] = {}
 
     # -- routing ---------------------------------------------------------------------
@@ -213,6 +215,8 @@ class Toolbox:
         if not self._may_call(recipient):
             return "unknown"
         if recipient.startswith("functions."):
+            if recipient[10:] == TOOL_SEARCH and self._tool_search:
+                return "tool_search"
             return "custom" if recipient[10:] in self.custom else "function"
         label, _, name = recipient.partition(".")
         if name in self.namespaces.get(label, ()):
