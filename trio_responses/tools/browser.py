@@ -554,19 +554,18 @@ def build_server(
     fetcher: PageFetcher,
     *,
     sessions: Sessions | None = None,
-    client: httpx2.AsyncClient | None = None,
 ) -> MCPServer:
     """The MCP server. Calls without a ``session`` share the session ``""``."""
     server = MCPServer("trio-responses-browser", instructions=DESCRIPTION)
     held = sessions or Sessions()
-    search_client = client or httpx2.AsyncClient(timeout=httpx2.Timeout(SEARCH_TIMEOUT_S))
 
     @server.tool(description="Search the web; results are links 【ID†TITLE†DOMAIN】 to open.")
     async def search(
         query: str, topn: int = 10, session: str = "", parent: str = "", live: bool = True
     ) -> str:
         state = held.get(session, parent)
-        results = await search_web(search_client, provider, query, max(1, min(topn, 20)))
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(SEARCH_TIMEOUT_S)) as client:
+            results = await search_web(client, provider, query, max(1, min(topn, 20)))
         state.results.update((result.url, result) for result in results)
         page = results_page(query, results)
         return render(page, state.push(page))
