@@ -182,6 +182,10 @@ async def test_without_external_web_access_nothing_is_fetched(
     assert "live web access is off for this response" in _answer(other)
     assert web.page_requests == []
 
+    live = await _ask(server, 'browser:open {"id": 0, "cursor": 0}', snippet["id"])
+    assert "it waits until every one has finished." in _answer(live)  # the page, not the snippet
+    assert web.page_requests == ["/pages/nurseries"]
+
 
 async def test_serve_web_search_runs_the_bundled_server(
     start_server: StartServer, web: WebFakes, monkeypatch: pytest.MonkeyPatch

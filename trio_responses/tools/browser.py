@@ -338,6 +338,8 @@ class Page:
     lines: list[str]
     links: dict[int, str] = field(default_factory=dict)
     """Link id -> URL."""
+    snippet: bool = False
+    """Whether it is a search result's snippet standing in for the page."""
 
 
 def _plain(text: str) -> str:
@@ -458,7 +460,7 @@ def results_page(query: str, results: list[Result]) -> Page:
 
 def snippet_page(result: Result) -> Page:
     note = "[Live web access is off: this is the search result's snippet, not the page.]"
-    return Page(result.url, result.title, _wrapped([note, "", result.snippet]))
+    return Page(result.url, result.title, _wrapped([note, "", result.snippet]), snippet=True)
 
 
 def find_page(page: Page, pattern: str) -> Page:
@@ -517,7 +519,8 @@ class Session:
 
     def fetched(self, url: str) -> Page | None:
         """A page of ``url`` this session has already read (a cache, per session)."""
-        return next((page for page in reversed(self.pages) if page.url == url), None)
+        pages = reversed(self.pages)
+        return next((page for page in pages if page.url == url and not page.snippet), None)
 
 
 @final
