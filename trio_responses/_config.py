@@ -72,6 +72,23 @@ def check_host_pattern(pattern: str) -> None:
     )
 
 
+_WEB_SEARCH = re.compile(r"searxng=https?://\S+|(?:brave|tavily|exa)(?:=https?://\S+)?")
+
+
+def check_web_search(spec: str) -> None:
+    """Refuse a ``--web-search`` spec that names no provider (its key is checked when
+    the server starts: `tools.browser.parse_provider`).
+
+    Raises:
+        ValueError: saying which specs are accepted.
+    """
+    if not _WEB_SEARCH.fullmatch(spec.strip()):
+        raise ValueError(
+            f"--web-search {spec!r}: use searxng=URL, brave, tavily or exa (the last three "
+            "optionally =URL of their API)"
+        )
+
+
 def _is_network(text: str) -> bool:
     try:
         ipaddress.ip_network(text, strict=False)
@@ -209,6 +226,14 @@ class Config:
     """Bundled python tool: memory (MiB) every run together may hold at worst; the
     server refuses to start when the limits above allow more. None: three quarters
     of the host's memory (or of the server's cgroup limit, if lower)."""
+    web_search: str | None = None
+    """Run the bundled browser tool server as a stdio child (label ``browser``, for
+    ``web_search``), searching with this provider: ``searxng=URL``, ``brave``,
+    ``tavily`` or ``exa`` (each of the last three with an optional ``=URL`` of its
+    API; keys from ``BRAVE_API_KEY``, ``TAVILY_API_KEY``, ``EXA_API_KEY``)."""
+    web_search_allow_hosts: tuple[str, ...] = ()
+    """Bundled browser: private or local hosts it may open pages on (patterns as
+    ``mcp_allow_hosts``); public hosts need none."""
     mcp_allow_hosts: tuple[str, ...] = ()
     """Patterns per-request MCP ``server_url``s must match: host names (``fnmatch``),
     addresses or CIDR networks, each optionally with ``:port`` (see
@@ -381,6 +406,14 @@ class Config:
             raise ValueError("--code-interpreter and --tool-server python=... both define 'python'")
         for pattern in self.mcp_allow_hosts:
             check_host_pattern(pattern)
+        if self.web_search is not None:
+            check_web_search(self.web_search)
+            if any(s.startswith("browser=") for s in self.tool_servers):
+                raise ValueError(
+                    "--web-search and --tool-server browser=... both define 'browser': use one"
+                )
+        for pattern in self.web_search_allow_hosts:
+            check_host_pattern(pattern)
         for origin in self.cors_allow_origins:
             if origin != "*" and not _ORIGIN.fullmatch(origin):
                 raise ValueError(
@@ -400,9 +433,19 @@ class Config:
 
     @property
     def all_tool_servers(self) -> tuple[str, ...]:
-        """``tool_servers`` plus the bundled python server when ``code_interpreter``."""
+        """``tool_servers`` plus the bundled python server when ``code_interpreter``
+        and the bundled browser when ``web_search``."""
+        servers = self.tool_servers
+        if self.web_search is not None:
+            command = (
+                f"{shlex.quote(sys.executable)} -m trio_responses tool-server browser --stdio "
+                f"--provider {shlex.quote(self.web_search)}"
+            )
+            for pattern in self.web_search_allow_hosts:
+                command += f" --allow-host {shlex.quote(pattern)}"
+            servers = (f"browser=stdio:{command}", *servers)
         if not self.code_interpreter:
-            return self.tool_servers
+            return servers
         command = (
             f"{shlex.quote(sys.executable)} -m trio_responses tool-server python --stdio "
             f"--cpu-seconds {self.python_cpu_s} --memory-mb {self.python_memory_mb} "
@@ -411,7 +454,7 @@ class Config:
         )
         if self.python_max_concurrent is not None:
             command += f" --max-concurrent {self.python_max_concurrent}"
-        return (f"python=stdio:{command}", *self.tool_servers)
+        return (f"python=stdio:{command}", *servers)
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -621,6 +621,7 @@ class JobRunner:
                 open_sessions=self._metrics.request_mcp_sessions,
                 python_slots=self._python_slots,
                 owner=job.owner,
+                response_id=job.id,
             )
             try:
                 # An exception, or a panic in native code: that response fails.

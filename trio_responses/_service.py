@@ -24,6 +24,7 @@ Task tree (SPEC §2)::
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -35,7 +36,7 @@ import trio
 from ._compaction import compacted_response, parse_compact_request, summarizing_request
 from ._config import Config
 from ._conversations import Conversations, context_ids
-from ._exceptions import InvalidRequestError, NotFoundError
+from ._exceptions import InvalidRequestError, NotFoundError, StartupError
 from ._offload import INLINE_BYTES, INLINE_TOKENIZED, estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
 from ._principal import Principal
@@ -63,6 +64,7 @@ from .store.base import State, StoredResponse, StoreError
 from .store.open import open_state
 from .tools.pool import ToolServer, ToolServerPool, ToolServerSpec
 from .tools.sandbox import Limits, SandboxReport, open_sandbox
+from .tools.transport import connect_to
 
 logger = logging.getLogger("trio_responses.service")
 
@@ -774,9 +776,10 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         StoreError: the state backend cannot be opened.
         SandboxUnavailable: ``code_interpreter``, and its sandbox cannot work
             here (``python_sandbox`` is not ``none``).
-        StartupError: the harmony vocabulary cannot be loaded, or the engine is
-            not installed.
+        StartupError: the harmony vocabulary cannot be loaded, the engine is not
+            installed, or ``web_search`` names a provider whose API key is not set.
     """
+    browser_env = _browser_env(config)
     sandbox = None
     if config.code_interpreter:
         # Before anything starts: a code interpreter that cannot isolate user code
@@ -804,12 +807,15 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
     pool = ToolServerPool(
         [
             ToolServer(
-                ToolServerSpec.parse(spec),
+                parsed,
+                connect=connect_to(parsed.address, env=browser_env)
+                if parsed.label == "browser" and browser_env
+                else None,
                 connect_timeout_s=config.tool_timeout_s,
                 close_timeout_s=config.cleanup_timeout_s,
                 open_sessions=metrics.configured_mcp_sessions,
             )
-            for spec in _tool_servers(config, sandbox)
+            for parsed in map(ToolServerSpec.parse, _tool_servers(config, sandbox))
         ]
     )
     async with (
@@ -856,6 +862,25 @@ async def open_responses_service(config: Config) -> AsyncIterator[ResponsesServi
         background.cancel()
         pool.close()
         root.cancel_scope.deadline = trio.current_time() + config.cleanup_timeout_s
+
+
+def _browser_env(config: Config) -> dict[str, str]:
+    """What the bundled browser's child needs of this environment: its provider's key.
+
+    Raises:
+        StartupError: ``web_search`` names a provider whose key is not set.
+    """
+    if config.web_search is None:
+        return {}
+    # Only a server with --web-search needs the browser's module (and the MCP server side).
+    from .tools.browser import KEY_VARIABLES, ProviderError, parse_provider
+
+    try:
+        provider = parse_provider(config.web_search, os.environ)
+    except ProviderError as error:
+        raise StartupError(f"cannot start web search: {error}") from None
+    variable = KEY_VARIABLES.get(provider.name)
+    return {variable: provider.key} if variable is not None and provider.key else {}
 
 
 def _tool_servers(config: Config, sandbox: SandboxReport | None) -> tuple[str, ...]:

@@ -238,6 +238,20 @@ _SERVE_OPTIONS = (
         "run the bundled python tool server as a child process (label 'python')",
         switch=True,
     ),
+    _Option(
+        "--web-search",
+        "web_search",
+        "run the bundled browser tool server for web_search (label 'browser'), searching "
+        "with searxng=URL, brave, tavily or exa (the last three optionally =URL of their "
+        "API; keys from BRAVE_API_KEY, TAVILY_API_KEY, EXA_API_KEY)",
+    ),
+    _Option(
+        "--web-search-allow-host",
+        "web_search_allow_hosts",
+        "bundled browser: a private or local host it may open pages on, as --mcp-allow-host "
+        "patterns (repeatable; public hosts need none)",
+        repeat=True,
+    ),
     _Option("--python-cpu-seconds", "python_cpu_s", "bundled python tool: CPU seconds", int),
     _Option("--python-memory-mb", "python_memory_mb", "bundled python tool: memory (MiB)", int),
     _Option("--python-timeout", "python_wall_s", "bundled python tool: wall seconds", float),
@@ -379,9 +393,10 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "tool-server",
         help="run a bundled MCP tool server",
         description="Run a bundled MCP tool server. 'python' offers one tool, python(code), "
-        "that runs the code in a fresh, limited process and returns what it prints.",
+        "that runs the code in a fresh, limited process and returns what it prints. "
+        "'browser' offers gpt-oss's browser tool (search, open, find), with --stdio only.",
     )
-    tool_server.add_argument("name", choices=("python",), help="which tool server")
+    tool_server.add_argument("name", choices=("python", "browser"), help="which tool server")
     where = tool_server.add_mutually_exclusive_group(required=True)
     where.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout")
     where.add_argument("--port", type=int, help="serve streamable HTTP at http://HOST:PORT/mcp")
@@ -414,6 +429,18 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         type=int,
         default=None,
         help="most runs at once; more wait for a slot [default: no limit]",
+    )
+    tool_server.add_argument(
+        "--provider",
+        help="browser: searxng=URL, brave, tavily or exa (the last three optionally =URL); "
+        "keys from BRAVE_API_KEY, TAVILY_API_KEY, EXA_API_KEY",
+    )
+    tool_server.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        help="browser: a private or local host it may open pages on, as an --mcp-allow-host "
+        "pattern (repeatable; public hosts need none)",
     )
     return parser, serve
 
@@ -497,7 +524,10 @@ def freeze_startup_heap() -> None:
 
 
 def run_tool_server(args: argparse.Namespace) -> int:
-    """The ``tool-server`` command; 1 when its sandbox cannot work here."""
+    """The ``tool-server`` command; 1 when its sandbox cannot work here, or when the
+    browser's provider is not usable (an unknown one, its key not set)."""
+    if args.name == "browser":
+        return _run_browser(args)
     # Only this command needs the MCP server side.
     from .tools import python_server
     from .tools.sandbox import Limits, SandboxUnavailable
@@ -526,6 +556,26 @@ def run_tool_server(args: argparse.Namespace) -> int:
     except SandboxUnavailable as refusal:
         print(f"python tool server: {refusal}", file=sys.stderr, flush=True)
         return 1
+    return 0
+
+
+def _run_browser(args: argparse.Namespace) -> int:
+    from ._config import check_host_pattern
+    from .tools import browser
+
+    try:
+        if not args.stdio:
+            raise ValueError("the browser tool server speaks MCP on stdio only: use --stdio")
+        if args.provider is None:
+            raise ValueError("--provider is required: searxng=URL, brave, tavily or exa")
+        for pattern in args.allow_host:
+            check_host_pattern(pattern)
+        provider = browser.parse_provider(args.provider, os.environ)
+    except ValueError as refusal:
+        print(f"browser tool server: {refusal}", file=sys.stderr, flush=True)
+        return 1
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    browser.run_stdio(provider, tuple(args.allow_host))
     return 0
 
 

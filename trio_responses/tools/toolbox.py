@@ -43,7 +43,14 @@ from ..protocol.request import (
 )
 from ..protocol.tool_params import TOOL_SEARCH
 from .budget import RunsBusy, RunSlots
-from .builtin import NAMESPACES, requested_namespaces, tool_for_param
+from .builtin import (
+    NAMESPACES,
+    BuiltinTool,
+    BuiltinToolParam,
+    CallContext,
+    requested_namespaces,
+    tool_for_param,
+)
 from .builtin._mcp_headers import mcp_headers
 from .builtin.mcp import TOOL as MCP
 from .hosts import HostNotAllowed, allowed_hosts
@@ -185,7 +192,10 @@ class Toolbox:
         open_sessions: IncDec | None = None,
         python_slots: RunSlots | None = None,
         owner: str | None = None,
+        response_id: str = "",
     ) -> None:
+        self._request = request
+        self._response_id = response_id
         self._pool = pool
         self._run_slots = python_slots
         self._owner = owner
@@ -284,6 +294,7 @@ class Toolbox:
         ):
             raise ToolError(runner.unconfigured, code=METHOD_NOT_FOUND)
         if runner.server is not None:
+            arguments |= self._context(tool, runner.server, name)
             return await self._call_server(runner.server, name, arguments, runner.run_slots)
         label = call.recipient.partition(".")[0]
         server = self.mcp[label]
@@ -316,6 +327,32 @@ class Toolbox:
                 )
         except RunsBusy as busy:
             raise ToolError(str(busy), code=REQUEST_TIMEOUT) from None
+
+    def _context(self, tool: BuiltinTool, label: str, name: str) -> dict[str, Any]:
+        """The runner's own arguments (`Runner.context`) that tool ``name`` of
+        server ``label`` declares."""
+        server = self._pool.get(label)
+        entry = next(
+            (
+                entry
+                for entry in self._request.tools
+                if isinstance(entry, BuiltinToolParam) and tool_for_param(entry) is tool
+            ),
+            None,
+        )
+        if tool.runner.context is None or server is None or entry is None:
+            return {}
+        declared = next((t.input_schema for t in server.tools if t.name == name), {})
+        properties = declared.get("properties")
+        if not isinstance(properties, dict):
+            return {}
+        context = CallContext(
+            entry=entry,
+            response_id=self._response_id,
+            conversation_id=self._request.conversation_id,
+            previous_response_id=self._request.previous_response_id,
+        )
+        return {k: v for k, v in tool.runner.context(context).items() if k in properties}
 
     def _configured(self, label: str) -> ToolServer:
         server = self._pool.get(label)

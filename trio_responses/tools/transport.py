@@ -34,8 +34,15 @@ from .session import Connect, ToolError
 STDIO_PREFIX = "stdio:"
 
 
-def connect_to(address: str, headers: Mapping[str, str] | None = None) -> Connect:
+def connect_to(
+    address: str,
+    headers: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Connect:
     """The transport factory for ``address`` (a URL or ``stdio:COMMAND``).
+
+    A stdio child gets the MCP SDK's short list of safe variables (``PATH``,
+    ``HOME``...) and ``env``, nothing else of this process's environment.
 
     Raises:
         ValueError: the address is neither.
@@ -44,7 +51,8 @@ def connect_to(address: str, headers: Mapping[str, str] | None = None) -> Connec
         argv = shlex.split(address.removeprefix(STDIO_PREFIX))
         if not argv:
             raise ValueError(f"no command after {STDIO_PREFIX!r} in {address!r}")
-        return lambda: _stdio(argv)
+        extra_env = dict(env or {})
+        return lambda: _stdio(argv, extra_env)
     parts = urlsplit(address)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{address!r} is not an http(s) URL or {STDIO_PREFIX}COMMAND")
@@ -172,5 +180,5 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def _stdio(argv: list[str]) -> Any:
-    return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
+def _stdio(argv: list[str], env: dict[str, str]) -> Any:
+    return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:], env=env or None))

@@ -32,6 +32,7 @@ from . import code_interpreter, mcp, web_search
 from ._descriptor import BuiltinItem as BuiltinItem
 from ._descriptor import BuiltinTool as BuiltinTool
 from ._descriptor import BuiltinToolParam as BuiltinToolParam
+from ._descriptor import CallContext as CallContext
 from ._descriptor import ForcedCall as ForcedCall
 from ._descriptor import HarmonyTool as HarmonyTool
 from ._descriptor import Runner as Runner

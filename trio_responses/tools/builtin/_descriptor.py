@@ -180,6 +180,17 @@ class HarmonyTool:
 
 
 @dataclass(frozen=True)
+class CallContext:
+    """What a call's `Runner.context` may read besides the model's arguments."""
+
+    entry: BuiltinToolParam
+    """The request's ``tools[]`` entry of the tool."""
+    response_id: str
+    conversation_id: str | None = None
+    previous_response_id: str | None = None
+
+
+@dataclass(frozen=True)
 class Runner:
     """What runs a call: a tool of a configured tool server (``--tool-server``)."""
 
@@ -190,6 +201,10 @@ class Runner:
     """The server's tool for a recipient."""
     arguments: Callable[[str], dict[str, Any]] | None = None
     """The model's text -> the tool's arguments; None: the text is a JSON object."""
+    context: Callable[[CallContext], dict[str, Any]] | None = None
+    """Arguments added to every call, over the model's (the model cannot set them);
+    each one only when the server's tool declares it in its input schema, so that a
+    server without it gets the model's arguments alone."""
     run_slots: bool = False
     """Whether a call holds a run slot (`tools.budget.RunSlots`) while it runs."""
     missing: str = ""

@@ -3,8 +3,10 @@
 The model calls ``browser.search``, ``browser.open`` or ``browser.find`` on the
 analysis channel with JSON arguments; the call is a ``web_search_call`` item whose
 ``action`` is read from those arguments (``search``, ``open_page``,
-``find_in_page``). The MCP server configured as ``--tool-server browser=URL`` runs
-it: its tool of the command's name gets the arguments as they are.
+``find_in_page``), and its ``action.sources`` from the URLs the answer shows. The
+``browser`` tool server runs it (the bundled one, ``--web-search``, or
+``--tool-server browser=URL``): its tool of the command's name gets the arguments,
+plus ``session``, ``parent`` and ``live`` where the tool declares them (`_context`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ._descriptor import (
     BuiltinItem,
     BuiltinTool,
     BuiltinToolParam,
+    CallContext,
     ForcedCall,
     HarmonyTool,
     Runner,
@@ -95,6 +98,40 @@ def _action(recipient: str, arguments: str) -> dict[str, Any]:
     return {"type": "search", "query": query if isinstance(query, str) else None}
 
 
+def _context(context: CallContext) -> dict[str, Any]:
+    """The bundled browser's own arguments (`tools.browser`): its session (the
+    conversation, else the response, continuing the previous response's), and
+    whether it may fetch pages (``external_web_access``)."""
+    entry = context.entry
+    live = not (isinstance(entry, WebSearchTool) and entry.external_web_access is False)
+    return {
+        "session": context.conversation_id or context.response_id,
+        "parent": context.previous_response_id or "",
+        "live": live,
+    }
+
+
+_SOURCE = re.compile(r"^L\d+: URL: (https?://\S+)$", re.MULTILINE)
+"""A search result's ``URL:`` line in the bundled browser's results page."""
+
+
+def _record_sources(
+    item: dict[str, Any],
+    output: str,
+    *,
+    ok: bool,
+    error: dict[str, Any] | None,
+    approval_request_id: str | None,
+) -> None:
+    """A search's ``action.sources``: the result pages its answer lists."""
+    action = item.get("action")
+    if not ok or not isinstance(action, dict) or action.get("type") != "search":
+        return
+    urls = dict.fromkeys(_SOURCE.findall(output))
+    if urls:
+        action["sources"] = [{"type": "url", "url": url} for url in urls]
+
+
 _SEARCH = re.compile(r"search:[ \t]*([^\n]+)")
 _COMMAND = re.compile(r"browser:(open|find)[ \t]*")
 
@@ -127,6 +164,7 @@ TOOL = BuiltinTool(
         running=("searching", "response.web_search_call.searching"),
         completed="response.web_search_call.completed",
         action=_action,
+        record_result=_record_sources,
     ),
     harmony=HarmonyTool(
         namespace=NAMESPACE,
@@ -139,8 +177,9 @@ TOOL = BuiltinTool(
     runner=Runner(
         server="browser",
         tool=tool_after_dot,
+        context=_context,
         missing="{type} needs a browser tool server: start the server with "
-        "--tool-server browser=URL.",
+        "--web-search PROVIDER or --tool-server browser=URL.",
         unconfigured="Web search is not available on this server: no browser tool "
         "server is configured. Answer without searching.",
     ),
