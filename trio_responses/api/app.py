@@ -31,6 +31,7 @@ from .._service import ResponsesService
 from ..metrics import CONTENT_TYPE
 from ..protocol import errors
 from ..protocol.errors import ErrorInfo
+from ..protocol.model_cards import model_list, openai_card
 from .common import (
     HTTP_ERROR_CODES,
     check_response_id,
@@ -163,20 +164,18 @@ def create_app(service: ResponsesService) -> _App:
         else "trio-responses"
     )
 
-    def model_card(name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": 0, "owned_by": owned_by}
-
     @app.get("/v1/models")
     async def list_models() -> Response:
         return json_response(
-            {"object": "list", "data": [model_card(name) for name in config.model_names]}
+            model_list(config.model_names, owned_by=owned_by, context_window=config.max_model_len)
         )
 
-    @app.get("/v1/models/<model_id>")
+    # ``path``: served names may hold slashes (``openai/gpt-oss-120b``).
+    @app.get("/v1/models/<path:model_id>")
     async def get_model(model_id: str) -> Response:
         if model_id not in config.model_names:
             raise ModelNotFoundError(f"The model {model_id!r} does not exist.", param="model")
-        return json_response(model_card(model_id))
+        return json_response(openai_card(model_id, owned_by))
 
     @app.post("/v1/responses")
     async def create_response() -> Response:
