@@ -341,3 +341,69 @@ async def test_a_final_state_the_store_refused_is_recorded_later(
     with trio.fail_after(20):
         while (await server.client.responses.retrieve(created.id)).status != "completed":  # noqa: ASYNC110
             await trio.sleep(0.05)
+
+
+async def test_agent_tools_round_trip(start_server: StartServer, store_url: str) -> None:
+    """Parallel namespace and function calls, then tool search loading a deferred
+    function, each answered through previous_response_id from the store."""
+    server = await _server(start_server, store_url)
+    client = server.client
+    weather: dict[str, Any] = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    agents: dict[str, Any] = {
+        "type": "namespace",
+        "name": "agents",
+        "description": "Sub-agents.",
+        "tools": [{"type": "function", "name": "spawn", "description": "Start one."}],
+    }
+    search: dict[str, Any] = {"type": "tool_search", "execution": "client"}
+    deferred = {**weather, "name": "get_time", "defer_loading": True}
+    tools: Any = [weather, agents, search, deferred]
+    calls = await client.responses.create(
+        model=MODEL,
+        input='call:agents.spawn {} call:get_weather {"city": "Oslo"}',
+        tools=tools,
+    )
+    made = [item for item in calls.output if item.type == "function_call"]
+    assert [(c.namespace, c.name) for c in made] == [("agents", "spawn"), (None, "get_weather")]
+    answered = await client.responses.create(
+        model=MODEL,
+        previous_response_id=calls.id,
+        input=[
+            {"type": "function_call_output", "call_id": c.call_id, "output": f"done {c.name}"}
+            for c in made
+        ],
+        tools=tools,
+    )
+    assert answered.output_text == "Tool result: done get_weather"
+
+    searched = await client.responses.create(
+        model=MODEL,
+        previous_response_id=answered.id,
+        input='call:tool_search {"query": "time"}',
+        tools=tools,
+    )
+    call = searched.output[-1]
+    assert call.type == "tool_search_call"
+    loaded = await client.responses.create(
+        model=MODEL,
+        previous_response_id=searched.id,
+        input=[
+            {
+                "type": "tool_search_output",
+                "call_id": call.call_id,
+                "tools": [{**deferred, "defer_loading": False}],
+            },
+            {"role": "user", "content": 'call:get_time {"city": "Oslo"}'},
+        ],
+        tools=tools,
+    )
+    assert loaded.output[-1].type == "function_call"
+    assert loaded.output[-1].name == "get_time"
+    items = client.responses.input_items.list(loaded.id, order="asc")
+    assert [item.type async for item in items] == ["tool_search_output", "message"]
+    stored = await client.responses.retrieve(searched.id)
+    assert stored.output[-1].type == "tool_search_call"
