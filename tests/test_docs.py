@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -198,3 +199,25 @@ def test_the_architecture_names_every_module() -> None:
         if path.name != "__init__.py" and f"{path.name}`" not in architecture
     )
     assert unnamed == []
+
+
+def test_the_sdk_surface_names_every_tool_type_and_request_field() -> None:
+    """docs/api.md: every tool type the SDK can send is in the SDK surface table, and
+    every create field is named somewhere in the page (a new SDK type or field fails
+    this test until the docs say what it does here)."""
+    from openai.types.responses import response_create_params, tool_param
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    table = text[text.index("## SDK surface") : text.index("## Creating a response")]
+    types: set[str] = set()
+    for member in typing.get_args(tool_param.ToolParam):
+        for value in typing.get_args(typing.get_type_hints(member)["type"]):
+            types.update(v for v in typing.get_args(value) or (value,) if isinstance(v, str))
+    assert types and sorted(t for t in types if t not in table) == []
+    fields: set[str] = set()
+    for params in (
+        response_create_params.ResponseCreateParamsNonStreaming,
+        response_create_params.ResponseCreateParamsStreaming,
+    ):
+        fields |= set(typing.get_type_hints(params))
+    assert sorted(f for f in fields if f"`{f}`" not in text) == []
