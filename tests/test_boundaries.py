@@ -80,9 +80,10 @@ def _package_text_files() -> list[pathlib.Path]:
     ]
 
 
-WEB_SEARCH_OPTION = {"_config.py", "cli.py", "_service.py"}
+WEB_SEARCH_OPTION = {"_config.py", "cli.py", "_service.py", "protocol/model_cards.py"}
 """Where ``web_search`` may be named outside ``tools/``: the option that starts the
-bundled browser tool server (``--web-search``) and the check of its provider's key."""
+bundled browser tool server (``--web-search``), the check of its provider's key, and
+Codex's model card (its ``web_search_tool_type`` field)."""
 
 
 def test_web_search_is_named_only_by_its_tool_module_and_its_option() -> None:
