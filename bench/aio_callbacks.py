@@ -1,5 +1,5 @@
 """CPU per asyncio callback on the trio-asyncio loop, as trio-asyncio runs them and as
-the vLLM engine has its loop run them (`engine/vllm.py` ``_run_ready_callbacks_together``).
+the vLLM engine has its loop run them (`engine/_vllm_private.py` ``run_ready_callbacks_together``).
 
     .venv-vllm/bin/python bench/aio_callbacks.py
 
@@ -16,7 +16,7 @@ import time
 import trio
 import trio_asyncio
 
-from trio_responses.engine.vllm import _run_ready_callbacks_together
+from trio_responses.engine._vllm_private import run_ready_callbacks_together
 
 CHAINS = 20_000
 LENGTH = 5
@@ -26,7 +26,7 @@ async def per_chain(together: bool) -> float:
     """CPU µs per chain of LENGTH callbacks."""
     async with trio_asyncio.open_loop() as loop:
         if together:
-            _run_ready_callbacks_together(loop)
+            run_ready_callbacks_together(loop)
         done = trio.Event()
         left = CHAINS
 

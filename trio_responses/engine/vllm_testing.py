@@ -3,7 +3,11 @@
 `ScriptedLogitsProcessor` is a vLLM V1 logits processor. For a request whose
 ``SamplingParams.extra_args["script"]`` holds a token list, it allows only the
 next token of that list at each step, so even a model with random weights
-produces exact harmony output. The engine fills ``script`` from
+produces exact harmony output. ``extra_args["delay_s"]`` (the script's
+``delay:MS``) paces it: each step that forces such a request's token takes at
+least that long (the engine sleeps), so a test can act while it is mid-answer
+however fast the model is, and without starving other processes of the CPU.
+The engine fills ``script`` (and ``delay_s``) from
 `trio_responses.engine.script.plan` when started with ``engine_script=True``
 (``--engine-script``): the real vLLM engine then answers like the scripted
 engine, which is how the test suite drives vLLM end to end on a CPU.
@@ -14,6 +18,7 @@ an importable module and imports nothing from the rest of the server.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -28,8 +33,8 @@ class ScriptedLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
     """Forces each scripted request's next token; others are left alone."""
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        # batch index -> (script, the request's live list of output token ids)
-        self._scripts: dict[int, tuple[list[int], list[int]]] = {}
+        # batch index -> (script, the request's live list of output token ids, delay)
+        self._scripts: dict[int, tuple[list[int], list[int], float]] = {}
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -43,7 +48,8 @@ class ScriptedLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
             extra = (params.extra_args or {}) if params is not None else {}
             script = extra.get("script")
             if script:
-                self._scripts[index] = (list(script), output)
+                delay = float(extra.get("delay_s") or 0.0)
+                self._scripts[index] = (list(script), output, delay)
             else:
                 self._scripts.pop(index, None)
         for source, target, direction in batch_update.moved:
@@ -55,9 +61,13 @@ class ScriptedLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
                 self._scripts[source] = other
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        for index, (script, output) in self._scripts.items():
+        pause = 0.0
+        for index, (script, output, delay) in self._scripts.items():
             step = len(output)
             if step < len(script):
                 logits[index, :] = float("-inf")
                 logits[index, script[step]] = 0.0
+                pause = max(pause, delay)
+        if pause > 0:
+            time.sleep(pause)
         return logits
