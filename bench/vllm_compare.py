@@ -46,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -185,29 +187,45 @@ async def one_run(name: str, port: int, pid: int, streams: int) -> float:
     return cpu / (len(script) * streams) * 1e6
 
 
-async def main(levels: list[int]) -> None:
-    model = model_dir()
-    port = _free_port()
+@asynccontextmanager
+async def open_servers(
+    argv: dict[str, list[str]], ports: dict[str, int], groups: list[list[str]], log_name: str
+) -> AsyncIterator[dict[str, trio.Process]]:
+    """The servers of ``argv``, started a group at a time (each group healthy before the
+    next starts), their output in ``$TMPDIR/log_name``; stopped on exit."""
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_ENABLE_RESPONSES_API_STORE": "1",
     }
-    ports = {"ours": port, "vllm": port + 1}
     processes: dict[str, trio.Process] = {}
-    log = open(  # noqa: ASYNC230, SIM115 (closed in finally; before the runs)
-        Path(tempfile.gettempdir()) / "vllm-compare-servers.log", "wb"
-    )
+    log = open(Path(tempfile.gettempdir()) / log_name, "wb")  # noqa: ASYNC230, SIM115
     try:
-        for name, argv in commands(model, port).items():
-            # Same session as this process: a server in its own session stalled the client.
-            # From the repository root, like a user would start them.
-            processes[name] = await trio.lowlevel.open_process(
-                argv, env=env, stdout=log, stderr=log, cwd=HERE.parent
-            )
-        for name, process in processes.items():
-            await wait_healthy(ports[name], process)
+        for group in groups:
+            for name in group:
+                # Same session as this process: a server in its own session stalled the
+                # client. From the repository root, like a user would start them.
+                processes[name] = await trio.lowlevel.open_process(
+                    argv[name], env=env, stdout=log, stderr=log, cwd=HERE.parent
+                )
+            for name in group:
+                await wait_healthy(ports[name], processes[name])
+        yield processes
+    finally:
+        for process in processes.values():
+            await stop_process(process)
+        log.close()
+
+
+async def main(levels: list[int]) -> None:
+    model = model_dir()
+    port = _free_port()
+    ports = {"ours": port, "vllm": port + 1}
+    groups = [["ours", "vllm"]]
+    async with open_servers(commands(model, port), ports, groups, "vllm-compare-servers.log") as (
+        processes
+    ):
         for name in processes:  # warm up
             await one_run(name, ports[name], processes[name].pid, 2)
         spy = await start_profiler(processes["ours"].pid)
@@ -235,10 +253,6 @@ async def main(levels: list[int]) -> None:
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             await spy.wait()
-    finally:
-        for process in processes.values():
-            await stop_process(process)
-        log.close()
 
 
 if __name__ == "__main__":

