@@ -20,10 +20,14 @@ from _harness import MODEL, Connection, request_bytes, running_server
 DURATION_S = 5.0
 
 
-async def run_level(host: str, port: int, concurrency: int) -> tuple[float, float, float]:
+async def send_for_a_while(
+    host: str, port: int, concurrency: int, duration_s: float = DURATION_S
+) -> tuple[int, float, list[float]]:
+    """``concurrency`` clients sending small requests back to back for ``duration_s``:
+    the requests answered, the seconds taken, each request's latency."""
     latencies: list[float] = []
     request = request_bytes({"model": MODEL, "input": "hi"})
-    deadline = time.perf_counter() + DURATION_S
+    deadline = time.perf_counter() + duration_s
 
     async def worker() -> None:
         while time.perf_counter() < deadline:
@@ -42,9 +46,13 @@ async def run_level(host: str, port: int, concurrency: int) -> tuple[float, floa
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
             nursery.start_soon(worker)
-    elapsed = time.perf_counter() - start
+    return len(latencies), time.perf_counter() - start, latencies
+
+
+async def run_level(host: str, port: int, concurrency: int) -> tuple[float, float, float]:
+    count, elapsed, latencies = await send_for_a_while(host, port, concurrency)
     quantiles = statistics.quantiles(latencies, n=100)
-    return len(latencies) / elapsed, quantiles[49], quantiles[98]
+    return count / elapsed, quantiles[49], quantiles[98]
 
 
 async def main(levels: list[int]) -> None:
