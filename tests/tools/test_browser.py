@@ -18,7 +18,7 @@ from tests.tools.servers import RunningMcp, serve_mcp
 from tests.tools.web_fakes import KEYS, WebFakes, serve_web_fakes
 from trio_responses import Config
 from trio_responses._exceptions import StartupError
-from trio_responses._service import open_responses_service
+from trio_responses._opening import open_responses_service
 from trio_responses.tools.browser import PageFetcher, Sessions, build_server, parse_provider
 
 PROVIDERS = ("searxng", "brave", "tavily", "exa")

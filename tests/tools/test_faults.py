@@ -47,28 +47,30 @@ async def test_mcp_server_killed_mid_call(start_server: StartServer) -> None:
     assert again.output_text == "Tool result: echo: back"
 
 
-async def test_python_server_killed_mid_call(start_server: StartServer) -> None:
-    # Without the sandbox user code can reach its parent, the tool server: the way to
-    # make it die in the middle of a call (the sandboxed case is in test_sandbox_escapes).
+async def test_container_process_killed_mid_call(start_server: StartServer) -> None:
+    # Unsandboxed, the container's process is a plain child: it kills itself in the
+    # middle of a call; the call fails, the server goes on, the next call of the same
+    # container starts a new process (and says its variables are gone).
     server = await start_server(
         code_interpreter=True, python_sandbox="none", python_cpu_s=2, python_wall_s=10
     )
     tools = [{"type": "code_interpreter", "container": {"type": "auto"}}]
-    kill = "```python\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n```"
+    kill = "```python\nimport os, signal\nx = 1\nos.kill(os.getpid(), signal.SIGKILL)\n```"
     response = await server.client.responses.create(model=MODEL, input=kill, tools=tools)  # type: ignore[arg-type]
     assert response.status == "completed"
     call = next(item for item in response.output if item.type == "code_interpreter_call")
     assert call.status == "failed"
-    pooled = server.service.pool.get("python")
-    assert pooled is not None
-    with trio.fail_after(10):
-        await pooled.wait_ready()
+    assert "killed by signal SIGKILL" in call.outputs[0].logs  # type: ignore[index, union-attr]
     fine = await server.client.responses.create(
         model=MODEL,
-        input="```python\nprint(6*7)\n```",
+        input="```python\nprint(6*7, 'x' in globals())\n```",
         tools=tools,  # type: ignore[arg-type]
+        previous_response_id=response.id,
     )
-    assert fine.output_text == "Tool result: 42\n"
+    again = next(item for item in fine.output if item.type == "code_interpreter_call")
+    assert again.container_id == call.container_id
+    assert again.outputs[0].logs.endswith("42 False\n")  # type: ignore[index, union-attr]
+    assert "started again" in again.outputs[0].logs  # type: ignore[index, union-attr]
 
 
 @pytest.mark.parametrize("background", [False, True])

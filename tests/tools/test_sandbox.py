@@ -52,6 +52,19 @@ def host_processes_with(marker: str) -> list[int]:
     return found
 
 
+async def wait_for_processes(marker: str, *, running: bool, within: float = 30) -> list[int]:
+    """``host_processes_with(marker)`` once some are (or none are) ``running``.
+
+    A process that has just been started can read as an empty command line for a
+    moment (exec has not set it up yet), and one just killed is not reaped at once;
+    this waits that out, bounded generously, and returns what it then sees.
+    """
+    with trio.move_on_after(within):
+        while bool(host_processes_with(marker)) != running:  # noqa: ASYNC110 (processes: no event)
+            await trio.sleep(0.05)
+    return host_processes_with(marker)
+
+
 async def test_runs_code_isolated_with_a_scrubbed_environment(
     monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
 ) -> None:

@@ -312,20 +312,13 @@ class PageFetcher:
             addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         target = Target(parts.scheme, host, port, None, by_name=False)
         for address in addresses:
-            if ipaddress.ip_address(address).is_global or self._allows(url, address):
+            if ipaddress.ip_address(address).is_global or self._allowed.permits(url, address):
                 return target, address
         raise HostNotAllowed(
             f"Refused to open {url}: {host} is a private or local address "
             f"({', '.join(addresses)}). The browser opens public hosts only, unless the "
             f"server allows this one (--allow-host {host})."
         )
-
-    def _allows(self, url: str, address: str) -> bool:
-        try:
-            self._allowed.allowed_address(self._allowed.check_url(url), [address])
-        except HostNotAllowed:
-            return False
-        return True
 
 
 # -- pages -----------------------------------------------------------------------------------

@@ -39,6 +39,9 @@ from dataclasses import dataclass
 WORK_DIR = "/mnt/data"
 """User code's working directory (and ``/tmp``, and ``HOME``) inside the sandbox."""
 
+PACKAGES_DIR = "/opt/packages"
+"""Where a container's extra packages directory is bound (read-only), if it has one."""
+
 SANDBOX_UID = 1000
 """The uid (and gid) user code has inside the sandbox."""
 
@@ -157,12 +160,28 @@ class Bwrap:
         seccomp_fd: int | None,
         info_fd: int | None = None,
         block_fd: int | None = None,
+        script_path: str = f"{WORK_DIR}/main.py",
+        packages: str | None = None,
+        own_tmp: bool = False,
+        environment: dict[str, str] | None = None,
+        host_config: tuple[str, ...] = (),
     ) -> list[str]:
         """The command of one run: bwrap, its options, then ``launcher`` inside.
 
-        ``code_fd`` is read to become ``main.py`` in the work directory; with
-        `maps_users`, bwrap writes its child's pid to ``info_fd`` and waits on
-        ``block_fd`` until the maps are written.
+        ``code_fd`` is read to become ``script_path`` (default: ``main.py`` in the
+        work directory); with `maps_users`, bwrap writes its child's pid to
+        ``info_fd`` and waits on ``block_fd`` until the maps are written.
+
+        For a container (``tools.container_process``): ``packages``, a host
+        directory bound read-only at `PACKAGES_DIR`; ``own_tmp``, ``/tmp`` a tmpfs
+        of its own (also of ``disk_bytes``) rather than the work directory, so that
+        what programs keep there is not among the container's files; and
+        ``environment``, added to `Runtime.environment`; ``host_config``, host
+        directories bound read-only at the same path where they exist (e.g.
+        ``/etc/fonts``, without which fontconfig complains on every use). File
+        descriptors the
+        caller passes bwrap beyond those named here stay open, at the same
+        numbers, in the launcher.
         """
         argv = [self.path, "--unshare-all", "--unshare-user"]
         if self.maps_users:
@@ -202,10 +221,27 @@ class Bwrap:
                 argv += ["--remount-ro", f"/proc/{name}"]
         argv += ["--dev", "/dev", "--remount-ro", "/dev"]
         argv += ["--perms", "1777", "--size", str(disk_bytes), "--tmpfs", WORK_DIR]
-        argv += ["--symlink", WORK_DIR, "/tmp"]
-        argv += ["--perms", "0644", "--file", str(code_fd), f"{WORK_DIR}/main.py"]
+        if own_tmp:
+            argv += ["--perms", "1777", "--size", str(disk_bytes), "--tmpfs", "/tmp"]
+        else:
+            argv += ["--symlink", WORK_DIR, "/tmp"]
+        config = [directory for directory in host_config if os.path.isdir(directory)]
+        extra_dirs = [] if packages is None else _parents(PACKAGES_DIR)
+        if not _inside(os.path.dirname(script_path), WORK_DIR):
+            extra_dirs += _parents(script_path)
+        for directory in config:
+            extra_dirs += _parents(directory)
+        for directory in dict.fromkeys(extra_dirs):  # in order, each once
+            if directory not in made:
+                # Readable by the sandbox user (bwrap would make them 0700).
+                argv += ["--perms", "0755", "--dir", directory]
+        if packages is not None:
+            argv += ["--ro-bind", packages, PACKAGES_DIR]
+        for directory in config:
+            argv += ["--ro-bind", directory, directory]
+        argv += ["--perms", "0644", "--file", str(code_fd), script_path]
         argv += ["--remount-ro", "/", "--chdir", WORK_DIR, "--clearenv"]
-        for name, value in self.runtime.environment().items():
+        for name, value in {**self.runtime.environment(), **(environment or {})}.items():
             argv += ["--setenv", name, value]
         if seccomp_fd is not None:
             argv += ["--seccomp", str(seccomp_fd)]

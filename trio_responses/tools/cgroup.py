@@ -80,6 +80,10 @@ class RunCgroup:
             pass
         return False
 
+    def kill_all(self) -> None:
+        """Kill every process in it (without waiting for them to exit)."""
+        self._kill_all()
+
     async def remove(self) -> None:
         """Kill every process left in it and remove it (waits up to a second)."""
         for _ in range(100):

@@ -113,6 +113,16 @@ class AllowedHosts:
             "--mcp-allow-host pattern allows."
         )
 
+    def permits(self, url: str, address: str) -> bool:
+        """Whether a pattern allows connecting to ``address`` for ``url`` (the address
+        one of the URL's host resolved to). For policies where public addresses
+        need no pattern (the bundled browser, webhooks): the private ones do."""
+        try:
+            self.allowed_address(self.check_url(url), [address])
+        except HostNotAllowed:
+            return False
+        return True
+
     def _name_allows(self, host: str, port: int) -> bool:
         literal = _address(host) is not None
         return any(

@@ -1,15 +1,16 @@
 """The bundled python tool server: an MCP server with one tool, ``python(code)``.
 
-    trio-responses tool-server python --stdio          (what --code-interpreter runs)
+    trio-responses tool-server python --stdio          (for --tool-server python=stdio:...)
     trio-responses tool-server python --port 8765      (streamable HTTP at /mcp)
+
+Stateless: ``serve --code-interpreter`` runs containers of its own instead
+(`tools.containers`); this server is for ``--tool-server python=URL``.
 
 Every call runs the code in a fresh sandboxed process (`tools.sandbox`) and
 returns what it printed. Code that fails, runs too long or uses too much
 memory gives a tool error (``isError``) whose text is the output plus the
 reason; the server itself is never affected. With ``--max-concurrent N`` at
-most N runs execute at once; more calls wait for one to end. (`serve
---code-interpreter` passes the server-wide limit, and holds the per-key limits
-itself, where it knows the API key.)
+most N runs execute at once; more calls wait for one to end.
 
 Both entry points check the sandbox first (`probe_sandbox`): without a working
 bubblewrap they raise `SandboxUnavailable` and serve nothing, unless the mode

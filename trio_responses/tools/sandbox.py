@@ -58,18 +58,22 @@ logger = logging.getLogger("trio_responses.sandbox")
 SandboxMode = Literal["auto", "bwrap", "none"]
 
 # Runs inside the sandbox: sets the limits, then replaces itself with the
-# interpreter running main.py (unbuffered, so stdout and stderr interleave as
-# the code wrote them). As root (bwrap with user-namespace maps, see
-# tools.bwrap), it first closes the run's user namespace to nested ones and,
-# after the limits, becomes the sandbox user, which drops its capabilities.
+# interpreter running the script (main.py, unbuffered, so stdout and stderr
+# interleave as the code wrote them), with the arguments after it. The hard CPU
+# limit is one second above the soft one, or unlimited ("-1": a long-lived
+# container process raises its soft limit call by call). As root (bwrap with
+# user-namespace maps, see tools.bwrap), it first closes the run's user
+# namespace to nested ones and, after the limits, becomes the sandbox user,
+# which drops its capabilities.
 _LAUNCHER = """\
 import os, resource, sys
 cpu, memory, fsize, nproc, nofile = (int(v) for v in sys.argv[1:6])
-drop = sys.argv[6]
+drop, script, cpu_hard = sys.argv[6:9]
 if drop != "-":
     with open("/proc/sys/user/max_user_namespaces", "w") as limit:
         limit.write("0")
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+hard = cpu + 1 if cpu_hard == "+1" else int(cpu_hard)
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -80,7 +84,7 @@ if drop != "-":
     os.setgroups([])
     os.setresgid(ids, ids, ids)
     os.setresuid(ids, ids, ids)
-os.execv(sys.executable, [sys.executable, "-I", "-u", "main.py"])
+os.execv(sys.executable, [sys.executable, "-I", "-u", script, *sys.argv[9:]])
 """
 
 _INSTALL_HINT = (
@@ -472,7 +476,17 @@ def _write_maps(pid: int, uid_map: str, gid_map: str) -> None:
             file.write(content)
 
 
-def _launcher_argv(executable: str, limits: Limits, drop: str) -> list[str]:
+def _launcher_argv(
+    executable: str,
+    limits: Limits,
+    drop: str,
+    *,
+    script: str = "main.py",
+    cpu_hard: str = "+1",
+    args: tuple[str, ...] = (),
+) -> list[str]:
+    """The launcher's command: ``script`` run with ``args`` under ``limits``, as
+    the sandbox user ``drop`` (or as it is: ``-``)."""
     return [
         executable,
         "-I",
@@ -485,6 +499,9 @@ def _launcher_argv(executable: str, limits: Limits, drop: str) -> list[str]:
         str(limits.processes),
         str(limits.open_files),
         drop,
+        script,
+        cpu_hard,
+        *args,
     ]
 
 

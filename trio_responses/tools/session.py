@@ -71,6 +71,11 @@ class ToolResult:
     text: str
     """The result's text content, joined."""
     is_error: bool
+    outputs: tuple[dict[str, Any], ...] = ()
+    """Outputs of the call item besides its text (the code interpreter's images)."""
+    citations: tuple[tuple[dict[str, Any], tuple[str, ...]], ...] = ()
+    """Files later answers may cite: (the annotation, the texts naming the file);
+    see `protocol.builder.ResponseBuilder.cite`."""
 
 
 @dataclass

@@ -18,6 +18,7 @@ request the server cannot serve into a 400.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from typing import Any, final
 import trio
 from mcp_types import (
     CONNECTION_CLOSED,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
 )
 
-from .._exceptions import InvalidRequestError
+from .._exceptions import InvalidRequestError, StoreError
 from ..harmony.translator import Route, ToolCall
 from ..metrics import IncDec
 from ..protocol.request import (
@@ -53,6 +55,7 @@ from .builtin import (
 )
 from .builtin._mcp_headers import mcp_headers
 from .builtin.mcp import TOOL as MCP
+from .containers import ContainerUnavailable, ResponseContainer
 from .hosts import HostNotAllowed, allowed_hosts
 from .pool import ToolServer, ToolServerPool
 from .session import McpSession, ToolError, ToolInfo, ToolResult, strict_json
@@ -63,9 +66,16 @@ RESERVED_LABELS = frozenset({"functions", "assistant", *NAMESPACES})
 
 
 def check_request_tools(
-    request: CreateRequest, pool: ToolServerPool, allow_hosts: Sequence[str]
+    request: CreateRequest,
+    pool: ToolServerPool,
+    allow_hosts: Sequence[str],
+    *,
+    containers: bool = False,
 ) -> None:
-    """Raise `InvalidRequestError` for tools this server cannot provide."""
+    """Raise `InvalidRequestError` for tools this server cannot provide.
+
+    ``containers``: the server runs the code interpreter's containers itself.
+    """
     labels: set[str] = set()
     for index, tool in enumerate(request.tools):
         builtin = tool_for_param(tool)
@@ -75,6 +85,7 @@ def check_request_tools(
             and server is not None
             and server not in pool
             and builtin.runner.unconfigured is None
+            and not (builtin.runner.containers and containers)
         ):
             raise InvalidRequestError(
                 builtin.runner.missing.format(type=tool.type),
@@ -193,8 +204,10 @@ class Toolbox:
         python_slots: RunSlots | None = None,
         owner: str | None = None,
         response_id: str = "",
+        container: ResponseContainer | None = None,
     ) -> None:
         self._request = request
+        self._container = container
         self._response_id = response_id
         self._pool = pool
         self._run_slots = python_slots
@@ -287,6 +300,8 @@ class Toolbox:
             arguments = runner.arguments(call.arguments)
         else:
             arguments = _arguments(call.arguments)
+        if runner.containers and self._container is not None:
+            return await self._in_container(self._container, str(arguments.get("code", "")))
         if (
             runner.server is not None
             and runner.unconfigured is not None
@@ -327,6 +342,32 @@ class Toolbox:
                 )
         except RunsBusy as busy:
             raise ToolError(str(busy), code=REQUEST_TIMEOUT) from None
+
+    async def _in_container(self, container: ResponseContainer, code: str) -> ToolResult:
+        """Run ``code`` in the response's container, once a slot of this response's
+        key and one of the server's are free; waiting counts against the timeout."""
+        deadline = trio.current_time() + self._timeout_s
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self._run_slots is not None:
+                    await stack.enter_async_context(
+                        self._run_slots.hold(self._owner, wait_s=self._timeout_s)
+                    )
+                with trio.move_on_at(deadline):
+                    return await container.call(code)
+                raise ToolError(
+                    f"The code did not finish within {self._timeout_s:g} s.",
+                    code=REQUEST_TIMEOUT,
+                )
+        except RunsBusy as busy:
+            raise ToolError(str(busy), code=REQUEST_TIMEOUT) from None
+        except ContainerUnavailable as unavailable:
+            raise ToolError(str(unavailable), code=INVALID_REQUEST) from None
+        except StoreError:
+            raise ToolError(
+                "The container's files could not be read or written (the store failed).",
+                code=INTERNAL_ERROR,
+            ) from None
 
     def _context(self, tool: BuiltinTool, label: str, name: str) -> dict[str, Any]:
         """The runner's own arguments (`Runner.context`) that tool ``name`` of

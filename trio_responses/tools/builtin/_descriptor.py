@@ -207,6 +207,10 @@ class Runner:
     server without it gets the model's arguments alone."""
     run_slots: bool = False
     """Whether a call holds a run slot (`tools.budget.RunSlots`) while it runs."""
+    containers: bool = False
+    """Whether a call runs in the response's container when the server runs the
+    code interpreter itself (``--code-interpreter``: `tools.containers`) rather
+    than on the tool server ``server``."""
     missing: str = ""
     """The 400 when ``server`` is not configured; ``{type}`` is the entry's type."""
     unconfigured: str | None = None

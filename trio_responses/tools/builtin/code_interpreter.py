@@ -1,10 +1,13 @@
-"""``code_interpreter``: python code the model writes, run by the ``python`` tool server.
+"""``code_interpreter``: python code the model writes, run in the response's container.
 
 The model calls harmony's ``python`` tool on the analysis channel with the code as
 free text; the call is a ``code_interpreter_call`` item whose code streams, and whose
-``outputs`` are the run's logs. The ``python`` tool server runs it: the bundled one
-(``--code-interpreter``: `tools.python_server` in `tools.sandbox`, each run holding a
-run slot of `tools.budget`) or one given with ``--tool-server python=URL``.
+``outputs`` are the run's logs (and, with ``include: ["code_interpreter_call.outputs"]``,
+its images). With ``--code-interpreter`` the server runs it in the response's
+container (`tools.containers`: a stateful bubblewrap sandbox per container, each call
+holding a run slot of `tools.budget`), whose id the item's ``container_id`` carries;
+with ``--tool-server python=URL`` that MCP server runs it, statelessly, and
+``container_id`` is the server's label.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from ._descriptor import (
 )
 
 NAMESPACE = "python"
+OUTPUTS_INCLUDE = "code_interpreter_call.outputs"
+"""The ``include`` value that adds a call's images to its ``outputs``."""
 CONTAINER_ID = "python"
-"""The ``container_id`` of every call: the one configured ``python`` server."""
+"""The ``container_id`` of a call a ``python`` tool server runs (its label); a
+container's calls get the container's id (`ResponseBuilder.item_fields`)."""
 
 
 class CodeInterpreterTool(BuiltinToolParam):
@@ -92,7 +98,7 @@ TOOL = BuiltinTool(
     param=CodeInterpreterTool,
     listed_types=("code_interpreter",),
     input_items=(CodeInterpreterCallItem,),
-    includes=frozenset({"code_interpreter_call.outputs"}),
+    includes=frozenset({OUTPUTS_INCLUDE}),
     choice_types=("code_interpreter",),
     item=ToolItem(
         type="code_interpreter_call",
@@ -119,6 +125,7 @@ TOOL = BuiltinTool(
         tool=lambda recipient: "python",
         arguments=lambda code: {"code": code},
         run_slots=True,
+        containers=True,
         missing="{type} needs a python tool server: start the server with "
         "--code-interpreter (or --tool-server python=URL).",
     ),
