@@ -32,7 +32,7 @@ from ._config import Config, parse_key
 from ._exceptions import InvalidRequestError
 from .protocol.codec import decode_json, encode_json
 
-Purpose = Literal["reasoning", "compaction"]
+Purpose = Literal["reasoning", "compaction", "webhook_secret"]
 
 _VERSION = 1
 _NONCE_BYTES = 12

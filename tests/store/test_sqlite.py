@@ -28,7 +28,8 @@ from trio_responses.protocol.codec import decode_event, is_terminal_frame
 from trio_responses.protocol.request import parse_create_request
 from trio_responses.store.base import State, StoredResponse, StoreError
 from trio_responses.store.open import open_state
-from trio_responses.store.sqlite import open_sqlite_state
+from trio_responses.store.sqlite import SCHEMA_VERSION, open_sqlite_state
+from trio_responses.store.webhooks import StoredEndpoint
 
 OWNER = "owner-a"
 
@@ -588,3 +589,66 @@ async def test_resume_from_the_middle_of_a_long_log_reads_a_bounded_batch(db_pat
         # Batches are bounded; reading on gives the rest, then the end.
         assert sum(map(len, first)) <= 1 << 18
         assert await replay(state, "resp_long", starting_after=middle) == frames[middle + 1 :]
+
+
+def _record(response_id: str, *, status: str = "completed", background: bool) -> StoredResponse:
+    response = {"id": response_id, "status": status, "background": background, "output": []}
+    return StoredResponse(response, [], OWNER, replica=None)
+
+
+def _webhook_endpoint(owner: str | None = OWNER) -> StoredEndpoint:
+    return StoredEndpoint(
+        {
+            "id": "wh_1",
+            "object": "webhook_endpoint",
+            "created_at": 1,
+            "updated_at": 1,
+            "name": "hook",
+            "url": "https://hooks.example.com/1",
+            "event_types": ["response.completed"],
+            "signing_secret_hint": "whsec_...abcd",
+        },
+        owner,
+        "sealed-secret",
+    )
+
+
+async def test_a_file_of_schema_4_gets_the_webhook_tables(db_path: str) -> None:
+    async with opened(db_path) as state:
+        await state.store.put(_record("resp_old", background=True))
+    db = sqlite3.connect(db_path)
+    db.executescript(
+        "DROP TABLE webhook_deliveries; DROP TABLE webhook_endpoints; PRAGMA user_version = 4;"
+    )
+    db.close()
+    async with opened(db_path) as state:
+        assert await state.store.get("resp_old", owner=OWNER) is not None
+        await state.webhooks.put_endpoint(_webhook_endpoint())
+        await state.store.put(_record("resp_new", status="in_progress", background=True))
+        await state.store.put(_record("resp_new", background=True))
+        [delivery] = await state.webhooks.deliveries(limit=10)
+        assert delivery.key == ("evt_new", "wh_1")
+    db = sqlite3.connect(db_path)
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    db.close()
+    assert version == SCHEMA_VERSION == 5
+
+
+async def test_a_final_write_rolled_back_makes_no_delivery(db_path: str) -> None:
+    async with opened(db_path):
+        pass
+    # A write of this record fails inside its transaction, after its deliveries.
+    db = sqlite3.connect(db_path)
+    db.executescript(
+        "CREATE TRIGGER refuse BEFORE INSERT ON responses"
+        " WHEN NEW.id = 'resp_1' AND NEW.status = 'completed'"
+        " BEGIN SELECT RAISE(ABORT, 'refused'); END;"
+    )
+    db.close()
+    async with opened(db_path) as state:
+        await state.webhooks.put_endpoint(_webhook_endpoint())
+        await state.store.put(_record("resp_1", status="in_progress", background=True))
+        with pytest.raises(StoreError, match="refused"):
+            await state.store.put(_record("resp_1", background=True))
+        assert await state.webhooks.deliveries(limit=10) == []
+        assert await state.webhooks.next_due() is None

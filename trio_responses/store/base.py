@@ -23,6 +23,10 @@ Three small protocols, each implemented once per backend (``memory://``,
 - `ConversationStore`: conversations (``/v1/conversations``) and their items,
   owner-scoped, with the lock that lets one response at a time run on one.
 
+A fifth, `FileStore` (``store/files.py``: files, containers and their bytes), is
+opened with them, as `State.files`; a sixth, `WebhookStore` (``store/webhooks.py``:
+webhook endpoints and the outbox of deliveries), as `State.webhooks`.
+
 Item lookup (``item_reference`` input items): `ResponseStore.find_item` and
 `ConversationStore.find_item` find a stored item by its id, through an index the
 backend keeps as records and conversations are written, deleted and evicted.
@@ -56,6 +60,8 @@ from ..background.event_log import EventLog
 from ..background.subscription import Subscription
 from ..protocol import errors
 from ..protocol.codec import encode_strict_json
+from .files import FileStore
+from .webhooks import WebhookStore
 
 RUNNING_STATUSES = frozenset({"queued", "in_progress"})
 
@@ -527,7 +533,7 @@ class Control(Protocol):
 
 @dataclass(frozen=True)
 class State:
-    """The three seams of one backend, opened together by `open_state`."""
+    """The seams of one backend, opened together by `open_state`."""
 
     kind: str
     """``memory``, ``sqlite`` or ``redis``."""
@@ -535,6 +541,12 @@ class State:
     logs: EventLogStore
     control: Control
     conversations: ConversationStore
+    files: FileStore
+    """Files, containers and their bytes (`FileStore`, ``store/files.py``)."""
+    webhooks: WebhookStore
+    """Webhook endpoints and the outbox of their deliveries (`WebhookStore`,
+    ``store/webhooks.py``), which the `ResponseStore` writes to with a background
+    response's final state."""
     fault: Callable[[], str | None] = lambda: None
     """Why the backend refuses writes now (SQLite: its file was deleted or replaced),
     or None; ``/health`` answers 503 with it. Passing outages (Redis restarting) are

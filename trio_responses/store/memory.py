@@ -11,6 +11,7 @@ another's record, conversation or item.
 - `LocalControl`: every job runs here, so there is nothing to reach.
 - `MemoryConversations`: conversations in a dict, LRU per tenant, with a time
   to live; item indexes (`find_item`) kept next to records and conversations.
+- `MemoryFiles` (``memory_files.py``): files, containers and their bytes.
 
 Nothing survives the process; one process only.
 """
@@ -18,6 +19,7 @@ Nothing survives the process; one process only.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -44,6 +46,9 @@ from .base import (
     encoded,
     measure_record,
 )
+from .memory_files import MemoryFiles
+from .memory_webhooks import MemoryWebhooks
+from .webhooks import terminal_event
 
 
 @final
@@ -76,9 +81,12 @@ class MemoryStore:
         limits: StoreLimits,
         ttl_s: float = math.inf,
         clock: Callable[[], float] = trio.current_time,
+        webhooks: MemoryWebhooks | None = None,
     ) -> None:
         if limits.max_responses < 1 or limits.max_bytes < 1:
             raise ValueError("the store's bounds must be >= 1")
+        self._webhooks = webhooks
+        """Where a background response's final write puts its event's deliveries."""
         self._limits = limits
         self._ttl = ttl_s
         self._clock = clock
@@ -98,10 +106,15 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         size = 0 if record.running else await measure_record(record)
         key = (record.owner, record.id)
+        ended = key not in self._finished  # a finished record is written terminal once
         self._forget(key)
         if record.running:
             self._running[key] = record
             return
+        if ended and self._webhooks is not None:
+            event = terminal_event(record.response, record.owner, now=time.time())
+            if event is not None:
+                self._webhooks.enqueue(event, now=time.time())
         tenant = self._limits.tenant(record.owner)
         share = self._shares.get(tenant)
         if share is None:
@@ -478,10 +491,15 @@ def stream_retention(
 async def open_memory_state(config: Config) -> AsyncIterator[State]:
     """The ``memory://`` backend."""
     await trio.lowlevel.checkpoint()
+    webhooks = MemoryWebhooks()
     yield State(
         kind="memory",
-        store=MemoryStore(limits=StoreLimits.of(config), ttl_s=config.store_ttl_s),
+        store=MemoryStore(
+            limits=StoreLimits.of(config), ttl_s=config.store_ttl_s, webhooks=webhooks
+        ),
         logs=MemoryEventLogs(stream_retention(config)),
         control=LocalControl(),
         conversations=MemoryConversations(limits=StoreLimits.of(config), ttl_s=config.store_ttl_s),
+        files=MemoryFiles(),
+        webhooks=webhooks,
     )

@@ -6,10 +6,16 @@ This module owns the Redis backend of the state layer (SPEC §12):
   ``running`` hash that says which replica runs which unfinished response;
 - `RedisEventLogs`: one Redis Stream per background response, written while
   the job runs, so any replica can replay it or follow it live;
+- `RedisFiles` (``_files.py``): files, containers and their bytes, with the
+  per-owner quotas (`FileQuota`) kept in a hash that the writing scripts check
+  and change atomically;
+- `RedisWebhooks` (``_webhooks.py``): webhook endpoints and the outbox of their
+  deliveries, which the scripts that write a background response's final state
+  (`RedisStore.put`, a recovery's claim) fill in the same step;
 - `RedisControl`: this replica's lease (its heartbeat) and its control stream,
   on which other replicas ask it to cancel a response.
 
-All three share one `_Redis`: a coredis client for ordinary commands and a
+All share one `_Redis`: a coredis client for ordinary commands and a
 second one for blocking reads (``XREAD BLOCK``), so that readers waiting for
 events never hold the connections writers need. Needs Redis ≥ 6.2 (``XADD …
 MINID``); one server or a primary (not Cluster: scripts touch several keys).
@@ -48,6 +54,32 @@ Key layout (``PREFIX`` is ``trio-responses:``)::
     PREFIX conversations[:OWNER]    zset conversation ids by last use: one per tenant
     PREFIX conversations:bytes      hash conversation id → its bytes
     PREFIX conversations:total[:OWNER] string the sum of that index's bytes
+    PREFIX file:{id}                hash owner ("" without), container ("" for a /v1/files
+                                    file), size, object (JSON)
+    PREFIX file:{id}:bytes          string the file's bytes
+    PREFIX files[:OWNER]            zset the owner's /v1/files file ids by created_at
+    PREFIX container:{id}           hash owner, status, object (JSON; its status is the
+                                    hash's)
+    PREFIX container:{id}:files     zset its files' ids by created_at
+    PREFIX containers[:OWNER]       zset the owner's container ids by created_at
+    PREFIX expiring-containers      zset running container ids by expiry time (s)
+    PREFIX file-quota[:OWNER]       hash files, bytes (both kinds together), containers
+                                    (not expired): what the owner holds
+    PREFIX webhook-endpoint:{owner}:{id}  hash types (" t1 t2 ": its event types),
+                                    object (JSON: the endpoint, its sealed secrets);
+                                    owner "" without one, "operator" for the operator's
+    PREFIX webhook-endpoint:{owner}:{id}:pending  set its pending deliveries' members
+    PREFIX webhook-endpoints:{owner} zset the owner's endpoint ids by created_at
+    PREFIX webhook-delivery:{event id}:{endpoint id}  hash event (JSON), endpoint,
+                                    endpoint_owner, status, attempts, next_attempt_at,
+                                    updated_at, last_error, status_code, leased_by,
+                                    lease_until (the last four only when set)
+    PREFIX webhook-due              zset pending deliveries ("{event id}:{endpoint id}")
+                                    by when due: the later of next_attempt_at and
+                                    lease_until (s)
+    PREFIX webhook-deliveries       zset every delivery by updated_at (s)
+    PREFIX webhook-settled          zset delivered and failed ones by updated_at: those
+                                    `expire` drops, at most `MAX_SETTLED` kept
 
 Finish times are the server's clock (``TIME``, microseconds), so every replica
 orders them alike.
@@ -93,15 +125,19 @@ import trio
 from ..._config import Config, redacted_url
 from ..base import State, StoreError
 from ._client import _BLOCK_MS, _CONNECT_TIMEOUT_S, PREFIX, _client, _io, _Redis
+from ._files import RedisFiles
 from ._logs import RedisControl, RedisEventLogs
 from ._records import RedisConversations, RedisStore
+from ._webhooks import RedisWebhooks
 
 __all__ = [
     "PREFIX",
     "RedisControl",
     "RedisConversations",
     "RedisEventLogs",
+    "RedisFiles",
     "RedisStore",
+    "RedisWebhooks",
     "open_redis_state",
 ]
 
@@ -155,6 +191,8 @@ async def open_redis_state(url: str, config: Config) -> AsyncIterator[State]:
                 logs=RedisEventLogs(redis),
                 control=RedisControl(redis),
                 conversations=RedisConversations(redis),
+                files=RedisFiles(redis),
+                webhooks=RedisWebhooks(redis),
             )
         finally:
             # Closed with no exception passed in: the pools' task groups would wrap

@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
+from ..webhooks import MAX_ENDPOINTS, MAX_SETTLED, OPERATOR
+
 ITEM_SOURCES = 16
 """The sources an item index keeps (its newest) and a lookup checks, at most."""
 
@@ -24,8 +26,10 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "logs": ("helpers",),
     "index_item": (),
     "conversations": ("records", "index_item"),
+    "files": ("helpers",),
+    "webhooks": (),
     # scripts
-    "put": ("records",),
+    "put": ("records", "webhooks"),
     "delete": ("records",),
     "expire_records": ("records",),
     "append": ("helpers",),
@@ -33,7 +37,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "terminate": ("logs",),
     "delete_log": ("logs",),
     "expire_logs": ("logs",),
-    "claim": ("logs", "records"),
+    "claim": ("logs", "records", "webhooks"),
     "open": ("helpers",),
     "read": ("helpers",),
     "index_items": ("index_item",),
@@ -42,10 +46,30 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "conversation_delete": ("conversations",),
     "conversation_unlock": (),
     "request_cancel": (),
+    "file_put": ("files",),
+    "file_read": ("files",),
+    "file_delete": ("files",),
+    "files_list": ("files",),
+    "container_put": ("files",),
+    "container_read": ("files",),
+    "container_delete": ("files",),
+    "containers_expire": ("files",),
+    "webhook_endpoint_put": ("webhooks",),
+    "webhook_endpoints": ("webhooks",),
+    "webhook_endpoint_delete": ("webhooks",),
+    "webhook_claim": ("webhooks",),
+    "webhook_settle": ("webhooks",),
+    "webhook_deliveries": ("webhooks",),
+    "webhook_expire": ("webhooks",),
 }
 """What each file needs in front of it (libraries, each with its own needs)."""
 
-_CONSTANTS = f"local ITEM_SOURCES = {ITEM_SOURCES}\n"
+_CONSTANTS = (
+    f"local ITEM_SOURCES = {ITEM_SOURCES}\n"
+    f"local WEBHOOK_MAX_ENDPOINTS = {MAX_ENDPOINTS}\n"
+    f"local WEBHOOK_MAX_SETTLED = {MAX_SETTLED}\n"
+    f"local WEBHOOK_OPERATOR = '{OPERATOR}'\n"
+)
 """Python's figures the scripts use, defined in front of every script."""
 
 

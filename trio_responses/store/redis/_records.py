@@ -22,6 +22,7 @@ from ..base import (
     StoreLimits,
     encoded,
 )
+from ..webhooks import terminal_event
 from . import _lua as lua
 from ._client import (
     _REBUILDS,
@@ -37,6 +38,7 @@ from ._client import (
     _Redis,
     _text,
 )
+from ._webhooks import event_args
 
 logger = logging.getLogger("trio_responses.store.redis")
 
@@ -121,11 +123,15 @@ class RedisStore:
 
     async def put(self, record: StoredResponse) -> None:
         """Write the record; a finished one is indexed in its owner's index, in the same
-        script that evicts that index's oldest finished records beyond its share."""
-        record = replace(record, updated_at=time.time())
+        script that evicts that index's oldest finished records beyond its share, and
+        that writes the webhook deliveries of a background response's first final
+        write (`terminal_event`)."""
+        now = time.time()
+        record = replace(record, updated_at=now)
         # Records can be large (long inputs): encode those off the event loop.
         value, size = await _encode_off_loop(record)
         index_keys, bounds = self._index(record.owner)
+        event = None if record.running else terminal_event(record.response, record.owner, now=now)
         await self._redis.run(
             self._redis.put,
             keys=[_record_key(record.id), _RUNNING, *index_keys],
@@ -136,6 +142,7 @@ class RedisStore:
                 size,
                 "1" if record.running else "",
                 *bounds,
+                *event_args(event, now=now),
             ],
         )
         if not record.running and (item_ids := sorted(record.item_ids)):
@@ -180,8 +187,9 @@ class RedisStore:
 
         One script per record checks the lease is still missing and removes the
         record from the running hash, then writes it ``failed``
-        (``server_restarted``) and ends its log with that terminal event, all
-        atomically: of several replicas recovering at once, exactly one claims
+        (``server_restarted``), writes its webhook deliveries (a background
+        response's ``response.failed``) and ends its log with that terminal event,
+        all atomically: of several replicas recovering at once, exactly one claims
         each record, and no claimed record is left with an open log. Like `put`
         and `RedisEventLogs.finish`, the script keeps the finished records and
         logs within their bounds.
@@ -212,7 +220,9 @@ class RedisStore:
                 # Deleted (or evicted): nothing to recover, only the hash entry to drop.
                 await _io(redis.commands.hdel(_RUNNING, [response_id]))
                 return None
-            record = replace(_decode_record(raw).interrupted(), updated_at=time.time())
+            now = time.time()
+            record = replace(_decode_record(raw).interrupted(), updated_at=now)
+            event = terminal_event(record.response, record.owner, now=now)
             end = await redis.log_end(response_id)
             frame = b"" if end is None else terminal_frame(record.response, end)
             value, size = await _encode_off_loop(record)
@@ -237,6 +247,7 @@ class RedisStore:
                     frame,
                     *redis.bounds,
                     *bounds,
+                    *event_args(event, now=now),
                 ],
             )
             if claimed == 1:

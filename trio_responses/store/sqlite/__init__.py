@@ -10,6 +10,11 @@ This module owns the file's schema and everything written to it:
 - `SqliteEventLogs`: the event logs of background responses, written batch by
   batch while the job runs (``live``), kept after the job ends within the
   retention limits, and replayed from any retained cursor, also after a restart.
+- `SqliteFiles` (``_files.py``): files, containers and their bytes (a BLOB
+  column of this same file), with the per-owner quotas (`FileQuota`).
+- `SqliteWebhooks` (``_webhooks.py``): webhook endpoints and the outbox of
+  deliveries, which `SqliteStore` writes in the transaction of a background
+  response's final record.
 - `open_sqlite_state`: opens the file and creates or migrates the schema,
   watches that the path still names that file, and closes it on exit. Control
   is `LocalControl`: one process owns the file, so every job runs here or nowhere.
@@ -28,6 +33,14 @@ Schema (``PRAGMA user_version`` = `SCHEMA_VERSION`; older files are migrated)::
     response_items(item_id, response_id)  kept by triggers on responses (v3)
     conversations(id PK, owner, conversation JSON, expires_at, bytes, holder, lock_until)
     conversation_items(seq PK, conversation_id, id, item JSON, bytes)  (v3)
+    files(id PK, owner, container_id, created_at, file JSON, bytes, content BLOB)  (v4)
+    containers(id PK, owner, status, created_at, expires_at, container JSON)  (v4;
+               deleting one deletes its files, by trigger)
+    webhook_endpoints(id PK, owner, created_at, endpoint JSON, secret sealed,
+                      previous_secret, previous_until)  (v5)
+    webhook_deliveries(event_id, endpoint_id, the event's fields, status, attempts,
+                       next_attempt_at, updated_at, last_error, status_code,
+                       leased_by, lease_until, PK(event_id, endpoint_id))  (v5)
 
 A batch is the frames of one `SqliteEventLogs.append` call, concatenated: each
 SSE frame ends with ``\\n\\n`` and holds no other, so the batch splits back.
@@ -46,15 +59,19 @@ from ..._config import Config
 from ..base import State, StoreError, StoreLimits
 from ..memory import LocalControl
 from ._file import open_database
+from ._files import SqliteFiles
 from ._logs import SqliteEventLogs
 from ._records import SqliteConversations, SqliteStore
 from ._schema import SCHEMA_VERSION, prepare_schema
+from ._webhooks import SqliteWebhooks
 
 __all__ = [
     "SCHEMA_VERSION",
     "SqliteConversations",
     "SqliteEventLogs",
+    "SqliteFiles",
     "SqliteStore",
+    "SqliteWebhooks",
     "open_sqlite_state",
 ]
 
@@ -77,6 +94,7 @@ async def open_sqlite_state(
         open_database, path, lambda connection: prepare_schema(connection, path)
     )
     control = LocalControl()
+    webhooks = SqliteWebhooks(db)
     logs = SqliteEventLogs(
         db,
         replay_events=config.replay_events,
@@ -93,6 +111,7 @@ async def open_sqlite_state(
         ttl_s=config.store_ttl_s,
         clock=clock,
         logs=logs,
+        webhooks=webhooks,
     )
     try:
 
@@ -100,6 +119,7 @@ async def open_sqlite_state(
             store.load()
             logs.load()
             logs.seal_orphans()
+            webhooks.release_leases()
 
         await db.run(load)
         conversations = SqliteConversations(
@@ -114,6 +134,8 @@ async def open_sqlite_state(
                     logs=logs,
                     control=control,
                     conversations=conversations,
+                    files=SqliteFiles(db),
+                    webhooks=webhooks,
                     fault=lambda: db.fault,
                 )
             finally:

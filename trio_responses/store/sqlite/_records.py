@@ -17,8 +17,10 @@ from ..base import (
     StoreLimits,
     encoded,
 )
+from ..webhooks import terminal_event
 from ._file import Database
 from ._logs import SqliteEventLogs
+from ._webhooks import SqliteWebhooks
 
 logger = logging.getLogger("trio_responses.store.sqlite")
 
@@ -36,11 +38,13 @@ class SqliteStore:
         ttl_s: float,
         clock: Callable[[], float] = time.time,
         logs: SqliteEventLogs | None = None,
+        webhooks: SqliteWebhooks | None = None,
     ) -> None:
         if limits.max_responses < 1 or limits.max_bytes < 1:
             raise ValueError("the store's bounds must be >= 1")
         self._db = db
         self._logs = logs
+        self._webhooks = webhooks
         self._replica = replica
         self._limits = limits
         self._ttl = ttl_s
@@ -92,13 +96,16 @@ class SqliteStore:
             )
         with self._db.transaction() as db:
             tenants: set[str | None] = set()
-            for row in rows:
+            for record, row in zip(records, rows, strict=True):
                 old = db.execute(
-                    "SELECT owner, bytes FROM responses WHERE id = ? AND expires_at IS NOT NULL",
-                    (row[0],),
+                    "SELECT owner, bytes, expires_at FROM responses WHERE id = ?", (row[0],)
                 ).fetchone()
-                if old is not None:
+                finished = old is not None and old[2] is not None
+                if finished:
                     self._count(self._limits.tenant(old[0]), -1, -old[1])
+                elif row[7] is not None:
+                    # A finished record is final: only the write that ends it makes an event.
+                    self._enqueue(db, record)
                 # REPLACE gives the row a new rowid: the newest write sorts last.
                 db.execute(
                     "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row
@@ -114,6 +121,16 @@ class SqliteStore:
                 # record whose log never ends (recovery would not see it again).
                 for record in records:
                     self._logs.terminate_in(db, record)
+
+    def _enqueue(self, db: sqlite3.Connection, record: StoredResponse) -> None:
+        """Write the deliveries of the event that ending ``record`` makes, if any
+        (inside the caller's transaction: with the final record or not at all)."""
+        if self._webhooks is None:
+            return
+        now = time.time()  # the outbox's times are wall clock (replicas share them)
+        event = terminal_event(record.response, record.owner, now=now)
+        if event is not None:
+            self._webhooks.enqueue_in(db, event, now=now)
 
     def _evict(self, db: sqlite3.Connection, tenant: str | None) -> None:
         """Delete the tenant's oldest finished records beyond its share (worker thread)."""

@@ -11,7 +11,7 @@ from ..base import (
 
 logger = logging.getLogger("trio_responses.store.sqlite")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 
 _ITEM_INDEX = """
 CREATE TABLE IF NOT EXISTS response_items (
@@ -111,6 +111,82 @@ CREATE TRIGGER IF NOT EXISTS conversations_drop_items AFTER DELETE ON conversati
     DELETE FROM conversation_items WHERE conversation_id = OLD.id;
 END;
 """
+    + """
+-- Files (v4): /v1/files files (container_id NULL) and container files, with their bytes.
+CREATE TABLE IF NOT EXISTS files (
+    id           TEXT PRIMARY KEY,
+    owner        TEXT,
+    container_id TEXT,
+    created_at   REAL NOT NULL,
+    file         TEXT NOT NULL,
+    bytes        INTEGER NOT NULL,
+    content      BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS files_owner ON files (owner, container_id, created_at, id);
+CREATE INDEX IF NOT EXISTS files_container ON files (container_id)
+    WHERE container_id IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS containers (
+    id         TEXT PRIMARY KEY,
+    owner      TEXT,
+    status     TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    container  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS containers_owner ON containers (owner, created_at, id);
+CREATE INDEX IF NOT EXISTS containers_running ON containers (expires_at)
+    WHERE status = 'running';
+-- Updates of a container (an upsert) fire no delete trigger: its files stay.
+CREATE TRIGGER IF NOT EXISTS containers_drop_files AFTER DELETE ON containers BEGIN
+    DELETE FROM files WHERE container_id = OLD.id;
+END;
+"""
+    + """
+-- Webhooks (v5): endpoints (ids unique in the file) and the outbox of their deliveries.
+CREATE TABLE IF NOT EXISTS webhook_endpoints (
+    id              TEXT PRIMARY KEY,
+    owner           TEXT,
+    created_at      INTEGER NOT NULL,
+    endpoint        TEXT NOT NULL,
+    secret          TEXT NOT NULL,
+    previous_secret TEXT,
+    previous_until  REAL
+);
+CREATE INDEX IF NOT EXISTS webhook_endpoints_owner
+    ON webhook_endpoints (owner, created_at, id);
+
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    event_id         TEXT NOT NULL,
+    event_type       TEXT NOT NULL,
+    response_id      TEXT NOT NULL,
+    event_created_at REAL NOT NULL,
+    event_owner      TEXT,
+    endpoint_id      TEXT NOT NULL,
+    endpoint_owner   TEXT,
+    status           TEXT NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at  REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    last_error       TEXT,
+    status_code      INTEGER,
+    leased_by        TEXT,
+    lease_until      REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (event_id, endpoint_id)
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due
+    ON webhook_deliveries (next_attempt_at, lease_until, endpoint_id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS webhook_deliveries_next
+    ON webhook_deliveries (next_attempt_at)
+    WHERE status = 'pending' AND lease_until <= next_attempt_at;
+CREATE INDEX IF NOT EXISTS webhook_deliveries_leased
+    ON webhook_deliveries (lease_until)
+    WHERE status = 'pending' AND lease_until > next_attempt_at;
+CREATE INDEX IF NOT EXISTS webhook_deliveries_endpoint ON webhook_deliveries (endpoint_id);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_updated ON webhook_deliveries (updated_at);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_settled
+    ON webhook_deliveries (updated_at) WHERE status != 'pending';
+"""
 )
 
 _MIGRATIONS = {
@@ -123,6 +199,8 @@ UPDATE responses SET bytes = length(CAST(response AS BLOB)) + length(CAST(input_
     .replace("FROM json_each", "FROM responses, json_each")
     .replace("WHERE json_extract", "WHERE responses.expires_at IS NOT NULL AND json_extract")
     + ";",
+    3: "",  # the files and containers tables: `_SCHEMA` creates them (IF NOT EXISTS)
+    4: "",  # the webhook tables: `_SCHEMA` creates them (IF NOT EXISTS)
 }
 """The statements that bring a file of schema version N to N + 1."""
 
