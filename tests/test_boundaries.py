@@ -80,7 +80,13 @@ def _package_text_files() -> list[pathlib.Path]:
     ]
 
 
-WEB_SEARCH_OPTION = {"_config.py", "cli.py", "_service.py", "protocol/model_cards.py"}
+WEB_SEARCH_OPTION = {
+    "_config.py",
+    "cli.py",
+    "_service.py",
+    "_opening.py",
+    "protocol/model_cards.py",
+}
 """Where ``web_search`` may be named outside ``tools/``: the option that starts the
 bundled browser tool server (``--web-search``), the check of its provider's key, and
 Codex's model card (its ``web_search_tool_type`` field)."""
@@ -97,9 +103,18 @@ def test_web_search_is_named_only_by_its_tool_module_and_its_option() -> None:
     assert outside <= WEB_SEARCH_OPTION
 
 
-CODE_INTERPRETER_OPTION = {"_config.py", "cli.py", "_service.py"}
-"""Where ``code_interpreter`` may be named outside ``tools/``: the option that starts
-the bundled python tool server (``--code-interpreter``) and its sandbox."""
+CODE_INTERPRETER_OPTION = {
+    "_config.py",
+    "cli.py",
+    "_service.py",
+    "_prepare.py",
+    "_opening.py",
+    "dashboard/dashboard.js",
+}
+"""Where ``code_interpreter`` may be named outside ``tools/``: the option that runs
+the code interpreter's containers (``--code-interpreter``), its sandbox and runtime,
+the request check that knows whether it runs, and the live page, which shows a
+``code_interpreter_call`` item's logs and images."""
 
 
 def test_code_interpreter_is_named_only_by_its_tool_and_its_option() -> None:
@@ -112,7 +127,9 @@ def test_code_interpreter_is_named_only_by_its_tool_and_its_option() -> None:
     assert outside <= CODE_INTERPRETER_OPTION
 
 
-VLLM_ENGINE = {PACKAGE / "engine" / "vllm.py", PACKAGE / "engine" / "vllm_outputs.py"}
+VLLM_ENGINE = {
+    PACKAGE / "engine" / name for name in ("vllm.py", "vllm_public.py", "_vllm_private.py")
+}
 
 
 def test_only_the_vllm_engine_may_import_asyncio_and_vllm() -> None:
@@ -151,6 +168,7 @@ def test_public_names_are_reexported_explicitly() -> None:
         "dashboard",
         "metrics",
         "sealing",
+        "webhooks",
     }
     assert public - modules - {"annotations", "TYPE_CHECKING", "Any"} == exported
 
@@ -247,6 +265,7 @@ OWN_JSON = {
     "harmony/developer.py": "a size bound, measured as the bounds assume",
     "engine/script.py": "the scripted model's own output text",
     "tools/builtin/web_search.py": "the scripted model's own output text (a search's arguments)",
+    "tools/container_kernel.py": "runs inside a container's sandbox, with the stdlib only",
 }
 """The modules that encode JSON themselves, and why (everything else uses the codec)."""
 
@@ -305,13 +324,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_sealed_items",
         "_compaction",
         "_conversations",
+        "_files",
+        "webhooks",
         "_recorder",
         "_lease",
         "_runner",
         "_service",
+        "_opening",
     ),
     ("api",),  # HTTP and WebSocket
-    ("_serve", "cli", "__main__", "__init__"),  # serving, the command, the package's exports
+    ("_serve", "_workers", "cli", "__main__", "__init__"),  # serving, workers, the command, exports
 )
 """The package's layers, lowest first: a module may import its own layer's and those
 below, never one above (`test_no_module_imports_a_higher_layer`). An entry names a

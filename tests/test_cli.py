@@ -243,8 +243,8 @@ def test_tool_flags() -> None:
     assert config.code_interpreter is True  # type: ignore[attr-defined]
     assert config.tool_servers == ("docs=stdio:docs-server --ro",)  # type: ignore[attr-defined]
     assert config.mcp_allow_hosts == ("*.internal",)  # type: ignore[attr-defined]
-    servers = config.all_tool_servers  # type: ignore[attr-defined]
-    assert servers[0].startswith("python=stdio:") and "tool-server python --stdio" in servers[0]
+    # The server runs the code interpreter's containers itself: no python tool server.
+    assert config.all_tool_servers == ("docs=stdio:docs-server --ro",)  # type: ignore[attr-defined]
     from_env = _config([], {"TRIO_RESPONSES_CODE_INTERPRETER": "true"})
     assert from_env.code_interpreter is True  # type: ignore[attr-defined]
 
@@ -263,12 +263,9 @@ def test_code_run_budget_flags() -> None:
     assert config.python_max_concurrent == 3  # type: ignore[attr-defined]
     assert config.python_max_concurrent_per_key == 1  # type: ignore[attr-defined]
     assert config.python_memory_budget_mb == 4096  # type: ignore[attr-defined]
-    # The bundled tool server holds the server-wide limit too.
-    assert "--max-concurrent 3" in config.all_tool_servers[0]  # type: ignore[attr-defined]
     defaults = _config(["--code-interpreter"])
     assert defaults.python_max_concurrent is None  # type: ignore[attr-defined]
     assert defaults.python_max_concurrent_per_key == 2  # type: ignore[attr-defined]
-    assert "--max-concurrent" not in defaults.all_tool_servers[0]  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="python_max_concurrent must be >= 1"):
         _config(["--python-max-concurrent", "0"])
 
@@ -355,3 +352,61 @@ async def test_sigterm_after_a_websocket_session_exits_within_the_grace_period(
     started = trio.current_time()
     assert await command.stop(timeout_s=60) == 0, command.log.decode()
     assert trio.current_time() - started < grace_s + 1, command.log.decode()
+
+
+def test_the_remote_engine_needs_an_upstream_that_answers() -> None:
+    _assert_usage_error(_serve("--engine", "remote"), "--upstream")
+    _assert_usage_error(_serve("--upstream", "http://127.0.0.1:9"), "--engine remote")
+    _assert_usage_error(_serve("--engine", "remote", "--upstream", "ftp://x"), "http://")
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = _serve("--engine", "remote", "--upstream", f"http://127.0.0.1:{port}")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    error = [line for line in _complaints(result.stderr) if " ERROR " in line]
+    assert len(error) == 1 and "no upstream answered /v1/models" in error[0], result.stderr
+    assert f"http://127.0.0.1:{port}" in error[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), "memory:// is one process's memory"),
+        (("--store", "sqlite:///never.db"), "a SQLite file is one process's"),
+        (
+            ("--store", "redis://127.0.0.1:1/0", "--model", "some/model"),
+            "the vllm engine would load the model in each",
+        ),
+    ],
+)
+def test_workers_that_could_not_share_are_refused(flags: tuple[str, ...], expected: str) -> None:
+    result = _serve("--port", "0", "--workers", "2", *flags)
+    _assert_usage_error(result, "--workers 2", expected)
+    assert not (pathlib.Path.cwd() / "never.db").exists()
+
+
+def test_workers_flags_and_environment() -> None:
+    config = _config(["--workers", "3", "--store", "redis://h:6379/0"])
+    assert config.workers == 3  # type: ignore[attr-defined]
+    from_env = _config([], {"TRIO_RESPONSES_WORKERS": "2", "TRIO_RESPONSES_STORE": "redis://h/0"})
+    assert from_env.workers == 2  # type: ignore[attr-defined]
+    one = _config(["--workers", "1", "--reuse-port", "--worker-id", "a-1"])
+    assert (one.workers, one.reuse_port, one.worker_id) == (1, True, "a-1")  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"^workers must be >= 1$"):
+        _config(["--workers", "0"])
+    with pytest.raises(ValueError, match=r"^worker id 'a b': use 1 to 64 letters"):
+        _config(["--worker-id", "a b"])
+
+
+def test_workers_that_cannot_start_stop_the_supervisor_with_their_reason() -> None:
+    result = _serve(
+        "--port", "0", "--workers", "2", "--store", "redis://user:hunter2@127.0.0.1:1/0"
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    # Each worker says why (they may both have started), then the supervisor stops.
+    assert "cannot use the store redis://user:***@127.0.0.1:1/0" in result.stderr
+    assert "exited with status 1 before it listened" in result.stderr
+    assert "hunter2" not in result.stderr
+    assert "listening on" not in result.stderr

@@ -36,7 +36,7 @@ from trio_responses import (
     open_responses_service,
     serve_service,
 )
-from trio_responses import _service as service_module
+from trio_responses import _opening as service_module
 from trio_responses._cleanup import cleanup_scope
 from trio_responses.engine import Engine
 from trio_responses.engine.base import GenerationRequest, GenerationResult, TokenSink

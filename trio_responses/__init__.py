@@ -30,18 +30,18 @@ from ._exceptions import ShuttingDownError as ShuttingDownError
 from ._exceptions import StoreError as StoreError
 
 if TYPE_CHECKING:
+    from ._opening import open_responses_service as open_responses_service
     from ._runner import ResponseHandle as ResponseHandle
     from ._serve import serve as serve
     from ._serve import serve_service as serve_service
     from ._service import ResponsesService as ResponsesService
-    from ._service import open_responses_service as open_responses_service
 
 _LAZY = {
     "ResponseHandle": "._runner",
     "serve": "._serve",
     "serve_service": "._serve",
     "ResponsesService": "._service",
-    "open_responses_service": "._service",
+    "open_responses_service": "._opening",
 }
 
 __version__ = "0.1.0"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, final
 from urllib.parse import urlsplit
 
-EngineName = Literal["scripted", "vllm"]
+EngineName = Literal["scripted", "vllm", "remote"]
 
 SCRIPTED_MODEL_NAME = "gpt-oss-scripted"
 
@@ -26,6 +26,8 @@ StoreKind = Literal["memory", "sqlite", "redis"]
 PythonSandbox = Literal["auto", "bwrap", "none"]
 
 LogFormat = Literal["text", "json"]
+
+VllmBridge = Literal["auto", "public"]
 _STORE_SCHEMES: dict[str, StoreKind] = {
     "memory": "memory",
     "sqlite": "sqlite",
@@ -70,6 +72,10 @@ def check_host_pattern(pattern: str) -> None:
         "('mcp.example.com', '*.internal'), an address or network ('10.0.0.0/8', '::1'), "
         "each optionally with ':PORT' ('[::1]:8080')"
     )
+
+
+_WORKER_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""A ``worker_id``: it is sent as a header value."""
 
 
 _WEB_SEARCH = re.compile(r"searxng=https?://\S+|(?:brave|tavily|exa)(?:=https?://\S+)?")
@@ -166,6 +172,17 @@ class Config:
     """Address to bind. Use ``0.0.0.0`` to listen on every interface."""
     port: int = 8000
     """TCP port; ``0`` picks a free one (the bound URL is reported at start)."""
+    workers: int = 1
+    """API worker processes serving ``port`` together (``SO_REUSEPORT``), under a
+    supervisor that restarts one that dies (`trio_responses._workers`). More than one
+    needs a store they share (Redis) and the scripted or remote engine."""
+    reuse_port: bool = False
+    """Bind with ``SO_REUSEPORT``: processes listening on the same port share its new
+    connections (the kernel spreads them). ``workers`` sets it for each worker."""
+    worker_id: str | None = None
+    """This process's name among several serving one address, sent back as
+    ``x-worker-id`` on every answer and shown in ``/health``; ``workers`` names its
+    workers 1 to N."""
     log_level: str = "info"
     """Python logging level name for the ``trio_responses`` loggers."""
     log_format: LogFormat = "text"
@@ -189,6 +206,16 @@ class Config:
     when they parse), e.g. ``tensor_parallel_size=2``, ``gpu_memory_utilization=0.85``."""
     kv_cache_bytes: int | None = None
     """vLLM engine: KV-cache size in bytes (``kv_cache_memory_bytes``)."""
+    vllm_bridge: VllmBridge = "auto"
+    """vLLM engine: ``auto`` runs the direct bridge where vLLM and trio-asyncio are the
+    versions it was checked with, else the public one; ``public`` always the public one
+    (see docs/operations.md)."""
+    upstreams: tuple[str, ...] = ()
+    """Remote engine: base URLs of OpenAI-compatible servers that take token-id prompts
+    and return token ids (vLLM's ``/v1/completions``), e.g. ``http://gpu-1:8000``; a
+    router (llm-d, Dynamo, vLLM's production stack) is one upstream."""
+    upstream_api_key: str | None = None
+    """Remote engine: the bearer token the upstreams want."""
     engine_script: bool = False
     """Testing: make the vLLM engine emit the scripted model's tokens (see
     ``trio_responses.engine.vllm_testing``)."""
@@ -201,7 +228,8 @@ class Config:
     A built-in tool's label runs that tool (``python`` the code interpreter,
     ``browser`` web search: `tools.builtin`)."""
     code_interpreter: bool = False
-    """Run the bundled python tool server as a stdio child (label ``python``)."""
+    """Run ``code_interpreter`` calls in containers of this server's own (bubblewrap
+    sandboxes, ``tools.containers``), with ``/v1/containers``."""
     python_cpu_s: int = 10
     """Bundled python tool: CPU seconds per run."""
     python_memory_mb: int = 512
@@ -226,6 +254,23 @@ class Config:
     """Bundled python tool: memory (MiB) every run together may hold at worst; the
     server refuses to start when the limits above allow more. None: three quarters
     of the host's memory (or of the server's cgroup limit, if lower)."""
+    python_packages: str | None = None
+    """Bundled python tool: a directory of extra packages for user code (``pip install
+    --target DIR numpy pandas matplotlib`` with the server's Python version), bound
+    read-only into every sandbox and put on its ``sys.path``."""
+    max_live_containers: int = 16
+    """Code interpreter: most container processes this replica keeps running; one more
+    closes the least recently used idle one (its files stay, its variables go)."""
+    container_expiry_minutes: int = 20
+    """Code interpreter: a container's default ``expires_after`` (minutes idle)."""
+    max_file_bytes: int = 16 * 1024 * 1024
+    """Largest file (``/v1/files``, container files, a file the code writes) kept."""
+    file_quota_files: int = 1_000
+    """Most files (``/v1/files`` and container files together) one API key holds."""
+    file_quota_mb: int = 256
+    """Most MiB of files one API key holds."""
+    max_containers: int = 16
+    """Most containers that have not expired one API key holds."""
     web_search: str | None = None
     """Run the bundled browser tool server as a stdio child (label ``browser``, for
     ``web_search``), searching with this provider: ``searxng=URL``, ``brave``,
@@ -240,6 +285,25 @@ class Config:
     ``tools.hosts``). Empty: per-request MCP servers are refused."""
     tool_timeout_s: float = 60.0
     """Every tool call and MCP listing gives up after this long."""
+
+    # -- webhooks --------------------------------------------------------------
+    webhook_url: str | None = None
+    """The operator's webhook endpoint: every tenant's background responses that end
+    are posted here too (all four ``response.*`` event types)."""
+    webhook_secret_file: str | None = None
+    """The operator endpoint's signing secret (``whsec_…``): read from this file, or
+    written there (mode 0600) on first start when it does not exist."""
+    webhook_allow_hosts: tuple[str, ...] = ()
+    """Private, loopback or link-local hosts webhook URLs may name (patterns as
+    ``mcp_allow_hosts``); public hosts need none."""
+    webhook_timeout_s: float = 10.0
+    """One delivery attempt gives up after this long (connect, send and answer)."""
+    webhook_retry_window_s: float = 24 * 3600.0
+    """How long a delivery is retried after its event, before it is marked failed."""
+    webhook_first_retry_s: float = 5.0
+    """The first retry's delay; each next one doubles it (with jitter), up to an hour."""
+    webhook_concurrency: int = 32
+    """Deliveries this replica posts at once; one endpoint gets at most a quarter."""
 
     # -- security and request limits -----------------------------------------
     api_keys: tuple[str, ...] = ()
@@ -336,12 +400,21 @@ class Config:
     cleanup as a whole (all its steps: one deadline, see `_cleanup.py`)."""
 
     def __post_init__(self) -> None:
-        if self.engine not in ("scripted", "vllm"):
-            raise ValueError(f"engine must be 'scripted' or 'vllm', not {self.engine!r}")
+        if self.engine not in ("scripted", "vllm", "remote"):
+            raise ValueError(f"engine must be 'scripted', 'vllm' or 'remote', not {self.engine!r}")
+        if self.engine == "remote":
+            if not self.upstreams:
+                raise ValueError("the remote engine needs an upstream: --upstream URL")
+            for url in self.upstreams:
+                if not url.startswith(("http://", "https://")):
+                    raise ValueError(f"upstream {url!r}: expected an http:// or https:// URL")
+        elif self.upstreams:
+            raise ValueError("--upstream is for the remote engine: add --engine remote")
         if self.engine == "vllm" and not self.model:
             raise ValueError("the vllm engine needs a model: set model (--model NAME_OR_PATH)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, not {self.port}")
+        self._check_workers()
         for name in (
             "max_body_bytes",
             "max_input_items",
@@ -358,6 +431,13 @@ class Config:
             "python_processes",
             "python_disk_mb",
             "max_store_bytes",
+            "max_live_containers",
+            "container_expiry_minutes",
+            "max_file_bytes",
+            "file_quota_files",
+            "file_quota_mb",
+            "max_containers",
+            "webhook_concurrency",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -383,6 +463,8 @@ class Config:
             value = getattr(self, name)
             if value is not None and value < least:
                 raise ValueError(f"{name} must be >= {least}")
+        if self.vllm_bridge not in ("auto", "public"):
+            raise ValueError(f"vllm_bridge must be 'auto' or 'public', not {self.vllm_bridge!r}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', not {self.log_format!r}")
         if self.python_sandbox not in ("auto", "bwrap", "none"):
@@ -395,6 +477,9 @@ class Config:
             "job_lease_s",
             "sse_write_timeout_s",
             "body_timeout_s",
+            "webhook_timeout_s",
+            "webhook_retry_window_s",
+            "webhook_first_retry_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -412,8 +497,17 @@ class Config:
                 raise ValueError(
                     "--web-search and --tool-server browser=... both define 'browser': use one"
                 )
-        for pattern in self.web_search_allow_hosts:
+        for pattern in (*self.web_search_allow_hosts, *self.webhook_allow_hosts):
             check_host_pattern(pattern)
+        if self.webhook_url is not None:
+            if self.webhook_secret_file is None:
+                raise ValueError(
+                    "--webhook needs --webhook-secret-file PATH: the file with its signing "
+                    "secret (created, with a new secret, if it does not exist)"
+                )
+            parts = urlsplit(self.webhook_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"--webhook {self.webhook_url!r}: expected an http(s) URL")
         for origin in self.cors_allow_origins:
             if origin != "*" and not _ORIGIN.fullmatch(origin):
                 raise ValueError(
@@ -431,10 +525,38 @@ class Config:
         if self.sse_keepalive_s == 0:
             raise ValueError("sse_keepalive_s must be > 0")
 
+    def _check_workers(self) -> None:
+        if self.worker_id is not None and not _WORKER_ID.fullmatch(self.worker_id):
+            raise ValueError(
+                f"worker id {self.worker_id!r}: use 1 to 64 letters, digits, '.', '_' or '-'"
+            )
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        if self.workers == 1:
+            return
+        kind = store_kind(self.store_url)
+        if kind != "redis":
+            where = (
+                "a SQLite file is one process's (a second one is refused)"
+                if kind == "sqlite"
+                else "memory:// is one process's memory"
+            )
+            raise ValueError(
+                f"--workers {self.workers} needs a store every worker shares: --store "
+                f"redis://HOST:PORT/DB or unix:///PATH?db=N ({where})"
+            )
+        if self.engine == "vllm":
+            raise ValueError(
+                f"--workers {self.workers} runs API workers only, and the vllm engine would "
+                "load the model in each: serve the model once (vllm serve) and give the "
+                "workers --engine remote --upstream URL"
+            )
+
     @property
     def all_tool_servers(self) -> tuple[str, ...]:
-        """``tool_servers`` plus the bundled python server when ``code_interpreter``
-        and the bundled browser when ``web_search``."""
+        """``tool_servers`` plus the bundled browser when ``web_search``. (The bundled
+        code interpreter is no tool server: the server runs its containers itself,
+        ``tools.containers``.)"""
         servers = self.tool_servers
         if self.web_search is not None:
             command = (
@@ -444,17 +566,7 @@ class Config:
             for pattern in self.web_search_allow_hosts:
                 command += f" --allow-host {shlex.quote(pattern)}"
             servers = (f"browser=stdio:{command}", *servers)
-        if not self.code_interpreter:
-            return servers
-        command = (
-            f"{shlex.quote(sys.executable)} -m trio_responses tool-server python --stdio "
-            f"--cpu-seconds {self.python_cpu_s} --memory-mb {self.python_memory_mb} "
-            f"--timeout {self.python_wall_s:g} --sandbox {self.python_sandbox} "
-            f"--processes {self.python_processes} --disk-mb {self.python_disk_mb}"
-        )
-        if self.python_max_concurrent is not None:
-            command += f" --max-concurrent {self.python_max_concurrent}"
-        return (f"python=stdio:{command}", *servers)
+        return servers
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import trio
 from mcp_types import REQUEST_TIMEOUT
@@ -196,6 +197,7 @@ async def generate_response(
                 steering,
                 GenerationRequest(
                     request_id=f"{job.id}-{turn}",
+                    tenant=job.owner,
                     prompt_token_ids=prompt,
                     sampling=SamplingSettings(
                         max_tokens=max_tokens,
@@ -214,8 +216,10 @@ async def generate_response(
             return
         except (EngineError, MalformedOutput) as error:
             job.end_turn(prompt_tokens=len(prompt), cached_tokens=0)
-            message = str(error) if isinstance(error, EngineError) else f"{error}."
-            job.finish("failed", error=_error(message))
+            if isinstance(error, EngineError):
+                job.finish("failed", error=server_error(str(error), error.code))
+            else:
+                job.finish("failed", error=_error(f"{error}."))
             return
         # A steered turn's tool choice took output tokens no item shows.
         hidden = max(0, result.output_tokens - len(translator.tokens)) if steering.active else 0
@@ -470,9 +474,12 @@ async def _run_tool(
     error: dict[str, object] | None = None
     outcome: ToolOutcome = "ok"
     started = time.perf_counter()
+    outputs: tuple[dict[str, Any], ...] = ()
     try:
         result = await toolbox.call(call)
-        text, ok = result.text, not result.is_error
+        text, ok, outputs = result.text, not result.is_error, result.outputs
+        for annotation, needles in result.citations:
+            job.builder.cite(annotation, *needles)
         if not ok:
             outcome = "error"
     except ToolError as failure:
@@ -482,7 +489,13 @@ async def _run_tool(
     kind = tool.metrics_label
     if metrics is not None:
         metrics.tool_call(kind, outcome, time.perf_counter() - started)
-    job.builder.finish_tool_call(text, ok=ok, error=error, approval_request_id=approval_request_id)
+    job.builder.finish_tool_call(
+        text,
+        ok=ok,
+        error=error,
+        approval_request_id=approval_request_id,
+        extra_outputs=outputs,
+    )
     if not ok:
         # What the tool said may quote the conversation: only at debug level.
         logger.info(

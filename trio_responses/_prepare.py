@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._config import Config
 from ._exceptions import InvalidRequestError, ModelNotFoundError
@@ -32,6 +32,9 @@ from .protocol.request import (
 from .tools.builtin import requested_namespaces
 from .tools.pool import ToolServerPool
 from .tools.toolbox import McpServerUse, check_request_tools
+
+if TYPE_CHECKING:
+    from ._files import ContainerPlan
 
 _ITEM_ID_PREFIX: dict[str, IdPrefix] = {
     "message": "msg",
@@ -71,6 +74,9 @@ class PreparedRequest:
     request_bytes: int | None = None
     """The size of the request's JSON, where known (bytes, or `estimated_size`'s
     estimate): it bounds the response's first record (`first_record_bound`)."""
+    container: ContainerPlan | None = None
+    """The container the code interpreter's calls run in (``--code-interpreter``
+    and a request offering it); set by the service (`FilesAPI.plan`)."""
 
 
 Unseal = Callable[[InputItem, str | None], InputItem]
@@ -96,7 +102,7 @@ def check_request(request: CreateRequest, config: Config, pool: ToolServerPool) 
             f"{config.max_tools}.",
             param="tools",
         )
-    check_request_tools(request, pool, config.mcp_allow_hosts)
+    check_request_tools(request, pool, config.mcp_allow_hosts, containers=config.code_interpreter)
 
 
 def prepare(

@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
+OPERATOR = "operator"
+"""The owner of the operator's webhook endpoint (``--webhook``), which hears every
+owner's events. (Owners are API key digests, hex, or None: never this.)"""
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -31,3 +35,13 @@ class Principal:
         """Whether this caller may see (retrieve, follow, cancel, delete, continue)
         what ``owner`` owns."""
         return self.admin or owner == self.owner
+
+    @property
+    def operator(self) -> bool:
+        """Whether this is the operator's webhook endpoint's owner (`OPERATOR`)."""
+        return self.owner == OPERATOR
+
+    def hears(self, owner: str | None) -> bool:
+        """Whether this owner's webhook endpoints receive the events of ``owner``'s
+        responses: its own; every owner's for the operator's."""
+        return self.operator or owner == self.owner

@@ -54,6 +54,7 @@ from .protocol.ids import new_id
 from .protocol.lifecycle import Status
 from .store.base import State, StoredResponse, StoreLimits, first_record_bound, measure_record
 from .tools.budget import RunSlots
+from .tools.containers import ContainerRuntime, ResponseContainer
 from .tools.pool import ToolServerPool
 from .tools.toolbox import Toolbox
 
@@ -243,11 +244,14 @@ class JobRunner:
         nursery: trio.Nursery,
         metrics: Metrics | None = None,
         python_slots: RunSlots | None = None,
+        containers: ContainerRuntime | None = None,
     ) -> None:
         """``python_slots``: what bounds the bundled code interpreter's runs at once
-        (None: nothing here; the tool server's own limits, if any)."""
+        (None: nothing here; the tool server's own limits, if any); ``containers``:
+        where its calls run (``--code-interpreter``)."""
         self._config = config
         self._python_slots = python_slots
+        self._containers = containers
         self._engine = engine
         self._pool = pool
         self._state = state
@@ -285,6 +289,9 @@ class JobRunner:
         """The service's closing: once it begins (`close`), every job's cleanup ends
         within the cleanup budget of that moment."""
         self._idle = trio.Event()
+        self.background_recorded: Callable[[], None] = lambda: None
+        """Called when a background response's final record has been written (the
+        webhook sender looks at the outbox at once, instead of at its next poll)."""
         self._idle.set()
 
     # -- queries ------------------------------------------------------------------------
@@ -406,6 +413,9 @@ class JobRunner:
             ),
         )
         job.builder.seal_reasoning = prepared.seal_reasoning
+        container = self._container_of(prepared, owner)
+        if container is not None:
+            job.builder.item_fields.update(container.item_fields())
         if request.store:
             await self._check_store_share(job, prepared.request_bytes)
             self._admit(owner)  # again: other creates may have been admitted meanwhile
@@ -417,7 +427,7 @@ class JobRunner:
         async def run(*, task_status: trio.TaskStatus[dict[str, Any] | None]) -> None:
             nonlocal task_began
             task_began = True
-            await self._run(job, prepared.plan, turn, task_status=task_status)
+            await self._run(job, prepared.plan, turn, container, task_status=task_status)
 
         try:
             created = await self._nursery.start(run, name=f"job {response_id}")
@@ -545,11 +555,27 @@ class JobRunner:
             )
         )
 
+    def _container_of(
+        self, prepared: PreparedRequest, owner: str | None
+    ) -> ResponseContainer | None:
+        """Where the response's code interpreter calls run, if the server runs them."""
+        plan = prepared.container
+        if plan is None or self._containers is None:
+            return None
+        return ResponseContainer(
+            self._containers,
+            plan.container_id,
+            owner,
+            plan.ensure,
+            include=tuple(prepared.request.include),
+        )
+
     async def _run(
         self,
         job: Job,
         plan: PromptPlan,
         turn: ConversationTurn | None,
+        container: ResponseContainer | None,
         *,
         task_status: trio.TaskStatus[dict[str, Any] | None],
     ) -> None:
@@ -592,7 +618,7 @@ class JobRunner:
                     "%s: a task of the response failed", job.id, exc_info=fault
                 )
             ):
-                await self._generate(job, plan, recorder, timer, cleanup, turn)
+                await self._generate(job, plan, recorder, timer, cleanup, turn, container)
         finally:
             self._unregister(job)
 
@@ -604,6 +630,7 @@ class JobRunner:
         timer: ResponseTimer,
         cleanup: Cleanup,
         turn: ConversationTurn | None = None,
+        container: ResponseContainer | None = None,
     ) -> None:
         config = self._config
         async with trio.open_nursery() as sessions:
@@ -622,6 +649,7 @@ class JobRunner:
                 python_slots=self._python_slots,
                 owner=job.owner,
                 response_id=job.id,
+                container=container,
             )
             try:
                 # An exception, or a panic in native code: that response fails.
@@ -651,6 +679,8 @@ class JobRunner:
                     finally:
                         if not recorded:  # refused, or cut short: maintenance retries it
                             self._keep_unrecorded(recorder)
+                        elif job.background:
+                            self.background_recorded()
                         job.done.set()
                         self._finished(job)
                     await toolbox.aclose()

@@ -34,6 +34,11 @@ connection handler writes those synchronously (`BoundedWriteStream.send_nowait`)
 send lock, the shielded scope, the deadline scope and the checkpoints of the
 waiting path; only what the socket does not take at once goes that way.
 
+With ``reuse_port`` the listening socket is bound here with ``SO_REUSEPORT``
+(`bind_shared`) and handed to hypercorn: several processes then listen on one
+port, each taking a share of its new connections (``serve --workers N``:
+`trio_responses._workers`).
+
 The server speaks HTTP/1.1 and h2c over plain TCP: it has no TLS settings (put a
 TLS-terminating proxy in front of it), nor hypercorn's ``max_requests``.
 """
@@ -54,7 +59,9 @@ from hypercorn.config import Config as HypercornConfig
 
 from ._adapters.hypercorn import repr_socket_addr, serve_http
 from ._config import Config
-from ._service import ResponsesService, open_responses_service
+from ._exceptions import StartupError
+from ._opening import open_responses_service
+from ._service import ResponsesService
 from .api.app import create_asgi_app
 from .api.asgi import shield_final_send
 
@@ -85,6 +92,32 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     # rather than waiting for a message forever.
     hconfig.websocket_ping_interval = WEBSOCKET_PING_INTERVAL_S
     return hconfig
+
+
+def bind_shared(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` with ``SO_REUSEPORT`` (not listening yet):
+    every process that binds the port so and listens gets a share of its new
+    connections, spread by the kernel. Port 0 picks a free port.
+
+    Raises:
+        StartupError: the address cannot be bound (another process holds the port
+            without ``SO_REUSEPORT``, or as another user; not this machine's address).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as error:
+        sock.close()
+        reason = error.strerror or str(error)
+        raise StartupError(
+            f"cannot listen on {host}:{port} with SO_REUSEPORT: {reason}; another process "
+            "may hold the port without sharing it: stop it, or choose another --port"
+        ) from error
+    return sock
 
 
 WEBSOCKET_PING_INTERVAL_S = 20.0
@@ -247,6 +280,10 @@ async def serve_service(
     app = shield_final_send(create_asgi_app(service))
     config = service.config
     hconfig = hypercorn_config(config)
+    if config.reuse_port:
+        # Hypercorn sets SO_REUSEPORT only for its own worker processes: bind here,
+        # and hand it the socket (its ``fd://`` bind takes the descriptor over).
+        hconfig.bind = [f"fd://{bind_shared(config.host, config.port).detach()}"]
     deadlines = WriteDeadlines(config.sse_write_timeout_s)
     if shutdown_trigger is None:
         await serve_http(app, hconfig, deadlines, shutdown_trigger=None, task_status=task_status)
@@ -283,4 +320,4 @@ async def serve(
         await serve_service(service, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
 
-__all__ = ["hypercorn_config", "serve", "serve_service"]
+__all__ = ["bind_shared", "hypercorn_config", "serve", "serve_service"]

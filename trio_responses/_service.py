@@ -24,9 +24,8 @@ Task tree (SPEC §2)::
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal, NoReturn, final
@@ -36,7 +35,8 @@ import trio
 from ._compaction import compacted_response, parse_compact_request, summarizing_request
 from ._config import Config
 from ._conversations import Conversations, context_ids
-from ._exceptions import InvalidRequestError, NotFoundError, StartupError
+from ._exceptions import InvalidRequestError, NotFoundError
+from ._files import FilesAPI
 from ._offload import INLINE_BYTES, INLINE_TOKENIZED, estimated_size, offload
 from ._prepare import PreparedRequest, check_request, prepare
 from ._principal import Principal
@@ -45,13 +45,12 @@ from ._sealed_items import INCLUDE_REASONING, item_opener, reasoning_sealer
 from .background.event_log import SubscriberLagged
 from .background.job import Job
 from .background.subscription import LogSubscription, Subscription
-from .engine import Engine, open_engine
-from .harmony.encoding import load_encoding
-from .metrics import Metrics, Snapshot, instrument_state
+from .engine import Engine
+from .engine.base import upstream_health
+from .metrics import Metrics, Snapshot
 from .protocol import errors
 from .protocol.grammar import grammar_cost
 from .protocol.ids import new_id
-from .protocol.json_schema import load_schema_checker
 from .protocol.lists import list_page
 from .protocol.request import (
     CreateRequest,
@@ -59,12 +58,13 @@ from .protocol.request import (
     parse_create_request,
 )
 from .protocol.shape import request_shape
-from .sealing import Sealer, load_key
+from .sealing import Sealer
 from .store.base import State, StoredResponse, StoreError
-from .store.open import open_state
-from .tools.pool import ToolServer, ToolServerPool, ToolServerSpec
-from .tools.sandbox import Limits, SandboxReport, open_sandbox
-from .tools.transport import connect_to
+from .tools.builtin.code_interpreter import CodeInterpreterTool
+from .tools.containers import ContainerRuntime
+from .tools.pool import ToolServerPool
+from .tools.sandbox import SandboxReport
+from .webhooks.endpoints import WebhooksAPI
 
 logger = logging.getLogger("trio_responses.service")
 
@@ -114,6 +114,7 @@ class ResponsesService:
         pool: ToolServerPool,
         sealer: Sealer,
         sandbox: SandboxReport | None = None,
+        containers: ContainerRuntime | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.config = config
@@ -129,6 +130,12 @@ class ResponsesService:
             config=config, store=state.conversations, responses=state.store
         )
         """The Conversations API (``/v1/conversations``): see `_conversations.py`."""
+        self.files = FilesAPI(
+            config=config, files=state.files, responses=state.store, runtime=containers
+        )
+        """The Files and Containers APIs (``/v1/files``, ``/v1/containers``): `_files.py`."""
+        self.webhooks = WebhooksAPI(store=state.webhooks, sealer=sealer, config=config)
+        """The webhook endpoints API (``/v1/webhook_endpoints``): `webhooks.endpoints`."""
         self.metrics = metrics or Metrics(model=config.model_name, engine=config.engine)
         """This service's Prometheus metrics (``/metrics``)."""
         self.metrics.watch(self._metrics_snapshot)
@@ -147,7 +154,19 @@ class ResponsesService:
             tool_servers_ready={
                 label: health["state"] == "ready" for label, health in self.pool.health().items()
             },
+            upstreams=tuple(
+                (upstream.url, upstream.up, upstream.outstanding)
+                for upstream in upstream_health(self.engine)
+            ),
+            **self._container_counts(),
         )
+
+    def _container_counts(self) -> dict[str, int]:
+        runtime = self.files.runtime
+        if runtime is None:
+            return {}
+        health = runtime.health()
+        return {"containers_live": health["live"], "containers_started": health["started"]}
 
     def statistics(self) -> ServiceStatistics:
         runner = self._runner
@@ -344,6 +363,17 @@ class ResponsesService:
             prepared = replace(prepared, context_ids=context_ids(context))
         if INCLUDE_REASONING in request.include:
             prepared = replace(prepared, seal_reasoning=reasoning_sealer(self.sealer, owner))
+        if self.files.runtime is not None:
+            for index, tool in enumerate(request.tools):
+                if isinstance(tool, CodeInterpreterTool):
+                    plan = await self.files.plan(
+                        tool.container,
+                        owner=owner,
+                        previous_container=_last_container(context),
+                        param=f"tools[{index}].container",
+                    )
+                    prepared = replace(prepared, container=plan)
+                    break
         return prepared
 
     async def compact(self, body: Mapping[str, Any], *, owner: str | None = None) -> dict[str, Any]:
@@ -714,6 +744,7 @@ class ResponsesService:
                 await self.state.logs.expire()
                 await self.state.store.expire()
                 await self.state.conversations.expire()
+                await self.state.webhooks.expire(now=time.time(), ttl_s=config.store_ttl_s)
                 await self.recover_interrupted()
             except StoreError as error:
                 logger.warning("state maintenance failed (retrying later): %s", error)
@@ -750,159 +781,11 @@ def _not_streamable(response_id: str) -> InvalidRequestError:
     )
 
 
-@asynccontextmanager
-async def open_responses_service(config: Config) -> AsyncIterator[ResponsesService]:
-    """Open the state backend, the engine and the nurseries; stop them all on exit.
-
-    On start, responses left running by a dead process are recovered (durable
-    backends). On exit, running jobs are cancelled and end ``failed``
-    (``server_shutdown``); call `ResponsesService.shutdown` first to give them
-    time to finish.
-
-    Leaving takes, one after the other: the jobs still running, within
-    ``cleanup_timeout_s`` (each job's cleanup ends by one deadline, the budget
-    after it began, and no later than the budget after the exit began, or
-    after `ResponsesService.shutdown`'s grace period: none are left once it
-    has returned); the tool servers, control and maintenance, within
-    ``cleanup_timeout_s`` (a polite goodbye to each tool server; retries of
-    unrecorded jobs are cancelled at once); the engine (the scripted one at
-    once; vLLM aborts what runs within the budget and stops its engine core
-    within three times it); the state backend, within ``cleanup_timeout_s``
-    (memory: at once). So, with the scripted engine, at most
-    ``2 * cleanup_timeout_s`` after `ResponsesService.shutdown` has returned,
-    ``3 * cleanup_timeout_s`` without it, and normally at once.
-
-    Raises:
-        StoreError: the state backend cannot be opened.
-        SandboxUnavailable: ``code_interpreter``, and its sandbox cannot work
-            here (``python_sandbox`` is not ``none``).
-        StartupError: the harmony vocabulary cannot be loaded, the engine is not
-            installed, or ``web_search`` names a provider whose API key is not set.
-    """
-    browser_env = _browser_env(config)
-    sandbox = None
-    if config.code_interpreter:
-        # Before anything starts: a code interpreter that cannot isolate user code
-        # stops the server with a message saying what to install.
-        sandbox = await open_sandbox(
-            config.python_sandbox,
-            Limits(
-                cpu_s=config.python_cpu_s,
-                memory_bytes=config.python_memory_mb * 1024 * 1024,
-                wall_s=config.python_wall_s,
-                processes=config.python_processes,
-                disk_bytes=config.python_disk_mb * 1024 * 1024,
-            ),
-            max_concurrent=config.python_max_concurrent,
-            max_concurrent_per_key=config.python_max_concurrent_per_key,
-            memory_budget_mb=config.python_memory_budget_mb,
-        )
-    # Loading the harmony vocabulary and the JSON Schema checks takes a few hundred
-    # milliseconds each: do it now, off the event loop, rather than inside the
-    # first request.
-    await trio.to_thread.run_sync(load_encoding)
-    await trio.to_thread.run_sync(load_schema_checker)
-    sealer = Sealer(await trio.to_thread.run_sync(load_key, config))
-    metrics = Metrics(model=config.model_name, engine=config.engine)
-    pool = ToolServerPool(
-        [
-            ToolServer(
-                parsed,
-                connect=connect_to(parsed.address, env=browser_env)
-                if parsed.label == "browser" and browser_env
-                else None,
-                connect_timeout_s=config.tool_timeout_s,
-                close_timeout_s=config.cleanup_timeout_s,
-                open_sessions=metrics.configured_mcp_sessions,
-            )
-            for parsed in map(ToolServerSpec.parse, _tool_servers(config, sandbox))
-        ]
-    )
-    async with (
-        open_state(config.store_url, config) as state,
-        open_engine(config) as engine,
-        trio.open_nursery() as root,
-    ):
-        instrument_state(state, metrics)
-        await root.start(pool.run)
-        background = trio.CancelScope()
-        async with trio.open_nursery() as jobs:
-            runner = JobRunner(
-                config=config,
-                engine=engine,
-                pool=pool,
-                state=state,
-                nursery=jobs,
-                metrics=metrics,
-                python_slots=sandbox.slots if sandbox is not None else None,
-            )
-            service = ResponsesService(
-                config=config,
-                engine=engine,
-                state=state,
-                runner=runner,
-                pool=pool,
-                sealer=sealer,
-                sandbox=sandbox,
-                metrics=metrics,
-            )
-            await root.start(_run_in, background, service, runner)
-            logger.info(
-                "serving %r with the %s; store: %s",
-                config.model_name,
-                engine.info.description,
-                state.kind,
-            )
-            try:
-                yield service
-            finally:
-                runner.close()  # every job's cleanup ends within the budget from now
-                jobs.cancel_scope.cancel()
-        # Tool servers get a polite goodbye (bounded); the rest stops now.
-        background.cancel()
-        pool.close()
-        root.cancel_scope.deadline = trio.current_time() + config.cleanup_timeout_s
-
-
-def _browser_env(config: Config) -> dict[str, str]:
-    """What the bundled browser's child needs of this environment: its provider's key.
-
-    Raises:
-        StartupError: ``web_search`` names a provider whose key is not set.
-    """
-    if config.web_search is None:
-        return {}
-    # Only a server with --web-search needs the browser's module (and the MCP server side).
-    from .tools.browser import KEY_VARIABLES, ProviderError, parse_provider
-
-    try:
-        provider = parse_provider(config.web_search, os.environ)
-    except ProviderError as error:
-        raise StartupError(f"cannot start web search: {error}") from None
-    variable = KEY_VARIABLES.get(provider.name)
-    return {variable: provider.key} if variable is not None and provider.key else {}
-
-
-def _tool_servers(config: Config, sandbox: SandboxReport | None) -> tuple[str, ...]:
-    """The tool servers to keep connected; the bundled python server, if any, holds
-    the server-wide run limit too, so that runs this process stopped waiting for
-    (cancelled, timed out) are reaped before others start."""
-    if sandbox is not None and sandbox.slots is not None:
-        config = config.replace(python_max_concurrent=sandbox.slots.budget.max_concurrent)
-    return config.all_tool_servers
-
-
-async def _run_in(
-    scope: trio.CancelScope,
-    service: ResponsesService,
-    runner: JobRunner,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """The service's own long-lived tasks: control and maintenance, under ``scope``."""
-    with scope:
-        await service.recover_interrupted()
-        async with trio.open_nursery() as nursery:
-            await nursery.start(service.state.control.run, runner.cancel)
-            nursery.start_soon(service._maintain)
-            task_status.started()
+def _last_container(context: Sequence[Mapping[str, Any]]) -> str | None:
+    """The container of the conversation's last code interpreter call, if any."""
+    for item in reversed(context):
+        if item.get("type") == "code_interpreter_call":
+            container_id = item.get("container_id")
+            if isinstance(container_id, str) and container_id.startswith("cntr_"):
+                return container_id
+    return None

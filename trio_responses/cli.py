@@ -48,11 +48,42 @@ class _Option:
 _SERVE_OPTIONS = (
     _Option("--host", "host", "address to bind"),
     _Option("--port", "port", "TCP port (0 picks a free one)", int),
-    _Option("--engine", "engine", "inference engine", choices=("scripted", "vllm")),
+    _Option(
+        "--workers",
+        "workers",
+        "API worker processes on the one port (SO_REUSEPORT), restarted when they die; "
+        "more than 1 needs --store redis://... and --engine scripted or remote",
+        int,
+    ),
+    _Option(
+        "--reuse-port",
+        "reuse_port",
+        "bind with SO_REUSEPORT, so that several processes share the port "
+        "(--workers sets it for its workers)",
+        switch=True,
+    ),
+    _Option(
+        "--worker-id",
+        "worker_id",
+        "this process's name among several on one address, sent back as x-worker-id "
+        "(--workers names its workers 1 to N)",
+    ),
+    _Option("--engine", "engine", "inference engine", choices=("scripted", "vllm", "remote")),
+    _Option(
+        "--upstream",
+        "upstreams",
+        "remote engine: base URL of a vLLM server (or a router in front of several) that "
+        "takes token-id prompts; repeatable, comma-separated in the variable",
+        repeat=True,
+    ),
+    _Option(
+        "--upstream-api-key", "upstream_api_key", "remote engine: bearer token of the upstreams"
+    ),
     _Option(
         "--model",
         "model",
-        "model name or path for the vLLM engine; without it the scripted engine is served",
+        "model name or path for the vLLM engine (the remote engine: the name sent upstream); "
+        "without it, and without --engine, the scripted engine is served",
     ),
     _Option(
         "--served-model-name",
@@ -128,9 +159,17 @@ _SERVE_OPTIONS = (
     ),
     _Option("--kv-cache-bytes", "kv_cache_bytes", "vLLM engine: KV-cache size in bytes", int),
     _Option(
+        "--vllm-bridge",
+        "vllm_bridge",
+        "vLLM engine: auto (the direct bridge on the vLLM and trio-asyncio versions it is "
+        "checked with, else public) or public",
+        choices=("auto", "public"),
+    ),
+    _Option(
         "--engine-script",
         "engine_script",
-        "testing: make the vLLM engine emit the scripted model's tokens",
+        "testing: make the vLLM engine (in process, or the remote engine's upstreams) "
+        "emit the scripted model's tokens",
         switch=True,
     ),
     _Option(
@@ -296,6 +335,30 @@ _SERVE_OPTIONS = (
         int,
     ),
     _Option(
+        "--python-packages",
+        "python_packages",
+        "bundled python tool: a directory of extra packages for user code (pip install "
+        "--target DIR ...), bound read-only into every sandbox",
+    ),
+    _Option(
+        "--max-live-containers",
+        "max_live_containers",
+        "code interpreter: most container processes this replica keeps running",
+        int,
+    ),
+    _Option(
+        "--container-expiry-minutes",
+        "container_expiry_minutes",
+        "code interpreter: a container's default expiry, in minutes idle",
+        int,
+    ),
+    _Option("--max-file-bytes", "max_file_bytes", "largest file kept (413 above)", int),
+    _Option("--file-quota-files", "file_quota_files", "most files one API key holds", int),
+    _Option("--file-quota-mb", "file_quota_mb", "most MiB of files one API key holds", int),
+    _Option(
+        "--max-containers", "max_containers", "most unexpired containers one API key holds", int
+    ),
+    _Option(
         "--mcp-allow-host",
         "mcp_allow_hosts",
         "host pattern per-request MCP server_urls may use: a name ('mcp.example.com', "
@@ -304,6 +367,48 @@ _SERVE_OPTIONS = (
         repeat=True,
     ),
     _Option("--tool-timeout", "tool_timeout_s", "seconds before a tool call fails", float),
+    _Option(
+        "--webhook",
+        "webhook_url",
+        "the operator's webhook endpoint: every background response that ends is posted "
+        "here, signed (Standard Webhooks)",
+    ),
+    _Option(
+        "--webhook-secret-file",
+        "webhook_secret_file",
+        "file with --webhook's signing secret (whsec_...; created with a new one if missing)",
+    ),
+    _Option(
+        "--webhook-allow-host",
+        "webhook_allow_hosts",
+        "a private, loopback or link-local host webhook URLs may name, as --mcp-allow-host "
+        "(repeatable; public hosts need none)",
+        repeat=True,
+    ),
+    _Option(
+        "--webhook-timeout",
+        "webhook_timeout_s",
+        "seconds one webhook delivery attempt may take",
+        float,
+    ),
+    _Option(
+        "--webhook-retry-window",
+        "webhook_retry_window_s",
+        "seconds a webhook delivery is retried before it is marked failed (default: a day)",
+        float,
+    ),
+    _Option(
+        "--webhook-first-retry",
+        "webhook_first_retry_s",
+        "seconds before a webhook delivery's first retry (each next one waits twice as long)",
+        float,
+    ),
+    _Option(
+        "--webhook-concurrency",
+        "webhook_concurrency",
+        "webhook deliveries posted at once by this process (a quarter at most per endpoint)",
+        int,
+    ),
     _Option(
         "--sse-write-timeout",
         "sse_write_timeout_s",
@@ -388,6 +493,9 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             default=None,
             help=help_text,
         )
+
+    # Set by the --workers supervisor for each worker (`_workers.py`), not by people.
+    serve.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
 
     tool_server = commands.add_parser(
         "tool-server",
@@ -484,12 +592,18 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Confi
     return Config(**values)
 
 
-async def run_server(config: Config) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully (see `serve`)."""
-    # Imported here, not at module level: see the package docstring.
-    from ._serve import serve_service
-    from ._service import open_responses_service
+async def run_server(config: Config, supervisor_fd: int | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully (see `serve`).
 
+    With ``supervisor_fd`` (a worker of ``--workers``: `_workers.py`), tell the
+    supervisor once listening, and shut down gracefully when it is gone too.
+    """
+    # Imported here, not at module level: see the package docstring.
+    from ._opening import open_responses_service
+    from ._serve import serve_service
+    from ._workers import SupervisorLink
+
+    link = None if supervisor_fd is None else SupervisorLink(supervisor_fd)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
         async def wait_for_signal() -> None:
@@ -497,13 +611,33 @@ async def run_server(config: Config) -> None:
                 logger.info("received %s: shutting down", signal.Signals(signum).name)
                 return
 
+        async def wait_for_stop() -> None:
+            if link is None:
+                await wait_for_signal()
+                return
+            async with trio.open_nursery() as either:
+
+                async def supervisor_gone() -> None:
+                    await link.wait_gone()
+                    logger.warning("the supervisor of this worker is gone: shutting down")
+                    either.cancel_scope.cancel()
+
+                async def signalled() -> None:
+                    await wait_for_signal()
+                    either.cancel_scope.cancel()
+
+                either.start_soon(supervisor_gone)
+                either.start_soon(signalled)
+
         async with open_responses_service(config) as service, trio.open_nursery() as nursery:
             freeze_startup_heap()
             urls = await nursery.start(
-                partial(serve_service, service, shutdown_trigger=wait_for_signal)
+                partial(serve_service, service, shutdown_trigger=wait_for_stop)
             )
             for url in urls:
                 logger.info("listening on %s", url)
+            if link is not None:
+                await link.ready()
 
 
 def freeze_startup_heap() -> None:
@@ -584,6 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     the command at fault), 1 when the server cannot start or stops on a failure
     (one line each; the traceback only at ``--log-level debug``)."""
     parser, serve = _build_parsers()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "tool-server":
         return run_tool_server(args)
@@ -596,6 +731,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # One line per MCP HTTP request is noise at info level.
         for noisy in ("httpx2", "mcp"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    if config.workers > 1:
+        return _supervise(config, argv)
     if config.engine == "scripted":
         logger.info(
             "no --model given: serving the SCRIPTED engine as %r (deterministic stand-in "
@@ -609,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     failures: list[tuple[str, BaseException]] = []
     try:
-        trio.run(run_server, config)
+        trio.run(run_server, config, args.supervisor_fd)
     except* StartupError as group:
         failures += [(str(error), error) for error in _leaves(group)]
     except* StoreError as group:
@@ -631,6 +768,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error(message.replace("\n", " "))
         logger.debug("the traceback of that failure", exc_info=failure)
     return 1 if failures else 0
+
+
+def _supervise(config: Config, argv: list[str]) -> int:
+    """The ``serve --workers N`` command: the supervisor of N workers (`_workers.py`)."""
+    from ._exceptions import StartupError
+    from ._workers import supervise
+    from .sealing import load_key
+
+    try:
+        # Before any worker starts: a key file created by several at once could
+        # differ between them.
+        load_key(config)
+    except (OSError, ValueError) as error:
+        logger.error("cannot read or create the encryption key: %s", error)
+        return 1
+    try:
+        return trio.run(supervise, config, argv)
+    except StartupError as error:
+        logger.error("%s", error)
+    except Exception as error:
+        logger.error("the supervisor stopped on an unexpected error: %s", error)
+        logger.debug("the traceback of that failure", exc_info=error)
+    return 1
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:

@@ -37,7 +37,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ._exceptions import StoreError
 
@@ -62,6 +62,23 @@ _CODE = re.compile(r"[a-z][a-z0-9_]{0,47}")
 _HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 _TPOT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+_WEBHOOK_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    60.0,
+    600.0,
+    3600.0,
+)
+"""Seconds from an event to its delivery: a few ms on loopback, hours after outages."""
 _TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _STORE_BUCKETS = (
     0.0005,
@@ -81,6 +98,7 @@ _STORE_BUCKETS = (
 STORE_OPERATIONS = {
     "store": ("put", "get", "delete", "expire", "recover_interrupted"),
     "logs": ("append", "finish", "open", "terminate", "delete", "expire"),
+    "webhooks": ("claim", "settle"),
 }
 """The state-layer methods `instrument_state` times, by the `State` attribute holding them."""
 
@@ -105,6 +123,12 @@ class Snapshot:
     retained_stream_bytes: int
     tool_servers_ready: dict[str, bool]
     """Configured tool server labels (operator-chosen) and whether each is connected."""
+    upstreams: tuple[tuple[str, bool, int], ...] = ()
+    """The remote engine's upstreams (operator-chosen URLs): up, outstanding requests."""
+    containers_live: int = 0
+    """Container processes running here (the code interpreter's)."""
+    containers_started: int = 0
+    """Container processes started here since the server started."""
 
 
 @final
@@ -139,8 +163,18 @@ class _SnapshotCollector:
                 "Bytes held by finished event logs kept for replay.",
                 snapshot.retained_stream_bytes,
             ),
+            (
+                "containers_live",
+                "Code interpreter container processes running here.",
+                snapshot.containers_live,
+            ),
         ):
             yield GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+        yield CounterMetricFamily(
+            f"{PREFIX}_containers_started",
+            "Code interpreter container processes started here (first calls, restarts).",
+            value=snapshot.containers_started,
+        )
         servers = GaugeMetricFamily(
             f"{PREFIX}_tool_server_up",
             "1 while a configured tool server (--tool-server) is connected, else 0.",
@@ -149,6 +183,21 @@ class _SnapshotCollector:
         for label, ready in sorted(snapshot.tool_servers_ready.items()):
             servers.add_metric([label], 1.0 if ready else 0.0)
         yield servers
+        up = GaugeMetricFamily(
+            f"{PREFIX}_upstream_up",
+            "1 while an upstream of the remote engine (--upstream) takes requests, else 0.",
+            labels=["upstream"],
+        )
+        outstanding = GaugeMetricFamily(
+            f"{PREFIX}_upstream_outstanding_requests",
+            "Requests this process has open on an upstream of the remote engine.",
+            labels=["upstream"],
+        )
+        for url, is_up, count in snapshot.upstreams:
+            up.add_metric([url], 1.0 if is_up else 0.0)
+            outstanding.add_metric([url], count)
+        yield up
+        yield outstanding
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -305,6 +354,26 @@ class Metrics:
             registry=registry,
         )
 
+        # -- webhooks -----------------------------------------------------------------
+        self._webhook_deliveries = Counter(
+            f"{PREFIX}_webhook_deliveries",
+            "Webhook deliveries settled, by event type and outcome (delivered, failed).",
+            ["event_type", "outcome"],
+            registry=registry,
+        )
+        self._webhook_attempts = Counter(
+            f"{PREFIX}_webhook_attempts",
+            "Webhook delivery attempts (posts), by outcome (ok, retry, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self._webhook_latency = Histogram(
+            f"{PREFIX}_webhook_delivery_latency_seconds",
+            "Time from a webhook event to its delivery (a 2xx from the receiver).",
+            buckets=_WEBHOOK_BUCKETS,
+            registry=registry,
+        )
+
     # -- scrape ------------------------------------------------------------------------
 
     def watch(self, read: Callable[[], Snapshot]) -> None:
@@ -378,6 +447,20 @@ class Metrics:
         self._tool_calls.labels(kind, outcome).inc()
         if seconds is not None:
             self._tool_seconds.labels(kind).observe(seconds)
+
+    # -- webhooks --------------------------------------------------------------------------
+
+    def webhook_attempt(self, outcome: Literal["ok", "retry", "failed"]) -> None:
+        """One post to a receiver: it succeeded, will be retried, or was the last."""
+        self._webhook_attempts.labels(outcome).inc()
+
+    def webhook_settled(
+        self, event_type: str, outcome: Literal["delivered", "failed"], latency_s: float | None
+    ) -> None:
+        """A delivery ended; ``latency_s``: from its event to the 2xx (delivered)."""
+        self._webhook_deliveries.labels(event_type, outcome).inc()
+        if latency_s is not None:
+            self._webhook_latency.observe(max(0.0, latency_s))
 
     # -- store -------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from openai import AsyncOpenAI
 
 from tests.conftest import StartServer
 from tests.support import MODEL, Server, read_sse
+from tests.webhooks.receiver import Receiver
 from trio_responses import Config
 from trio_responses.api.common import owner_of
 
@@ -69,6 +70,7 @@ async def test_data_needs_the_admin_key(start_server: StartServer) -> None:
         ("GET", "/dashboard/api/jobs"),
         ("GET", "/dashboard/api/recent"),
         ("GET", "/dashboard/api/rates"),
+        ("GET", "/dashboard/api/webhooks"),
         ("GET", "/dashboard/api/responses/resp_x"),
         ("GET", "/dashboard/api/responses/resp_x/events"),
         ("POST", "/dashboard/api/responses/resp_x/cancel"),
@@ -340,3 +342,193 @@ async def test_dashboard_in_a_browser(start_server: StartServer, nursery: trio.N
     finally:
         await mine.close()
         await other.close()
+
+
+# -- webhook deliveries --------------------------------------------------------------------------
+
+
+def watch_deliveries(
+    url: str, deliver: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, list[str]]:
+    """No deliveries at first; after ``deliver``, the page's next refreshes show them.
+
+    Returns each shown row's cells (time, type, response, endpoint, status, attempts,
+    HTTP status, last error, next attempt) by its class, and the titles of its ids."""
+    from playwright.sync_api import expect, sync_playwright
+
+    shown: dict[str, list[str]] = {}
+    expect.set_options(timeout=BROWSER_TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 900})
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
+            page.goto(url + "/dashboard")
+            expect(page.locator("#board")).to_be_visible()
+            empty = page.locator("#webhooks-empty")
+            expect(empty).to_be_visible()
+            expect(empty).to_have_text("No webhook deliveries.")
+
+            deliveries = trio.from_thread.run(deliver)
+            rows = page.locator("#webhooks tbody tr")
+            expect(rows).to_have_count(2)
+            expect(empty).to_be_hidden()
+            delivered = page.locator("#webhooks tbody tr.delivered")
+            failed = page.locator("#webhooks tbody tr.failed")
+            expect(delivered).to_have_count(1)
+            expect(failed).to_have_count(1)
+            expect(delivered.locator(".status")).to_have_text("delivered")
+            expect(delivered.locator(".code")).to_have_text("200")
+            expect(delivered.locator(".last-error")).to_have_text("—")
+            expect(failed.locator(".status")).to_have_text("failed")
+            expect(failed.locator(".code")).to_have_text("500")
+            expect(failed.locator(".last-error")).to_have_text("HTTP 500")
+            expect(failed.locator(".attempts")).to_have_text(str(deliveries["attempts"]))
+            expect(failed.locator(".next")).to_have_text("—")
+            for name, row in (("delivered", delivered), ("failed", failed)):
+                shown[name] = [text.strip() for text in row.locator("th, td").all_text_contents()]
+                shown[name] += [
+                    row.locator(".response").get_attribute("title") or "",
+                    row.locator(".endpoint").get_attribute("title") or "",
+                ]
+            # A failure stands out: its status is drawn in the page's "bad" colour.
+            colours = [
+                row.locator(".status").evaluate("cell => getComputedStyle(cell).color")
+                for row in (delivered, failed)
+            ]
+            assert colours[0] != colours[1], colours
+        finally:
+            browser.close()
+    return shown
+
+
+async def test_dashboard_shows_webhook_deliveries(
+    start_server: StartServer, nursery: trio.Nursery
+) -> None:
+    if CHROMIUM is None:
+        pytest.fail("This test needs Debian's chromium on PATH: apt-get install chromium")
+    accepting, refusing = Receiver(), Receiver(default=500)
+    await nursery.start(accepting.run)
+    await nursery.start(refusing.run)
+    server = await start_server(
+        dashboard=True,
+        webhook_allow_hosts=("127.0.0.1",),
+        webhook_first_retry_s=0.05,
+        webhook_retry_window_s=1.0,
+    )
+    client = server.client
+    done: Any = ["response.completed"]
+    good = await client.webhooks.create(name="good", url=accepting.url, event_types=done)
+    bad = await client.webhooks.create(name="bad", url=refusing.url, event_types=done)
+    response_id = ""
+
+    async def deliver() -> dict[str, Any]:
+        """One background response; until its delivery to the refusing endpoint fails."""
+        nonlocal response_id
+        response = await client.responses.create(model=MODEL, input="hello", background=True)
+        response_id = response.id
+        with trio.fail_after(30):
+            while True:
+                reply = await server.http.get("/dashboard/api/webhooks")
+                data = reply.json()["data"]
+                if any(delivery["status"] == "failed" for delivery in data):
+                    break
+                await trio.sleep(0.05)
+        [failed] = [delivery for delivery in data if delivery["status"] == "failed"]
+        return failed
+
+    shown: Any = await trio.to_thread.run_sync(watch_deliveries, server.url, deliver)
+    assert len(accepting.delivered()) == 1
+    assert len(refusing.received) >= 2  # retried until the window closed
+    for name, endpoint_id, code, error in (
+        ("delivered", good.id, "200", "—"),
+        ("failed", bad.id, "500", "HTTP 500"),
+    ):
+        _time, kind, short_response, _endpoint, status, _n, http, last, _next, *ids = shown[name]
+        assert (kind, status, http, last) == ("response.completed", name, code, error)
+        assert ids == [response_id, endpoint_id]
+        assert short_response in (response_id, f"{response_id[:14]}…{response_id[-6:]}")
+    assert shown["failed"][5] == str(len(refusing.received))
+
+
+# -- a code interpreter's images --------------------------------------------------------------
+
+WRITE_PNG = """\
+import struct, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+png = (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+       + chunk(b"IDAT", zlib.compress(b"\\x00\\xff\\x00\\x00")) + chunk(b"IEND", b""))
+open("/mnt/data/plot.png", "wb").write(png)
+print("saved /mnt/data/plot.png")
+"""
+"""A real 1x1 PNG written with the standard library, saved where the answer cites it."""
+
+
+def watch_images(url: str, start_job: Callable[[], Awaitable[str]]) -> Browsing:
+    """Open a code interpreter response's panel: its logs, its image, its cited file."""
+    from playwright.sync_api import expect, sync_playwright
+
+    seen = Browsing()
+    expect.set_options(timeout=BROWSER_TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 900})
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
+            page.goto(url + "/dashboard")
+            expect(page.locator("#board")).to_be_visible()  # no API keys: no sign-in
+
+            seen.response_id = response_id = trio.from_thread.run(start_job)
+            # Running, or already finished: its events are replayed from the start.
+            page.get_by_role("button", name=f"Show the events of {response_id}").first.click()
+            expect(page.locator("#panel-id")).to_have_text(response_id)
+            call = page.locator("#panel-items .item-code_interpreter_call")
+            expect(call.locator("h3")).to_have_text("code_interpreter_call")
+            expect(call.locator("pre").first).to_contain_text("/mnt/data/plot.png")
+            expect(call.locator("pre.logs")).to_have_text("saved /mnt/data/plot.png\n")
+            image = call.locator("img")
+            expect(image).to_have_count(1)
+            expect(image).to_have_attribute("src", re.compile(r"^data:image/png;base64,"))
+            expect(image).to_have_js_property("naturalWidth", 1)  # decoded
+            expect(image).to_have_js_property("naturalHeight", 1)
+            cited = page.locator("#panel-items .item-message .cited-files li")
+            expect(cited).to_have_text(["plot.png"])
+            expect(page.locator("#panel-status")).to_have_text("completed")
+            expect(page.locator("#panel-connection")).to_have_text("ended")
+            seen.page_text = page.content()
+        finally:
+            browser.close()
+    return seen
+
+
+async def test_dashboard_shows_a_code_interpreters_images(
+    start_server: StartServer,
+) -> None:
+    if CHROMIUM is None:
+        pytest.fail("This test needs Debian's chromium on PATH: apt-get install chromium")
+    server = await start_server(
+        dashboard=True,
+        code_interpreter=True,
+        python_cpu_s=5,
+        python_wall_s=20,
+        python_memory_mb=256,
+    )
+
+    async def start_job() -> str:
+        job = await server.client.responses.create(
+            model=MODEL,
+            # delay: the scripted model writes the call slowly enough to be followed live.
+            input=f"Run it (delay:20).\n```python\n{WRITE_PNG}```",
+            tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+            include=["code_interpreter_call.outputs"],
+            background=True,
+        )
+        return job.id
+
+    seen: Any = await trio.to_thread.run_sync(watch_images, server.url, start_job)
+    done = await server.client.responses.retrieve(seen.response_id)
+    assert done.status == "completed"
+    call = next(item for item in done.output if item.type == "code_interpreter_call")
+    [image] = [output for output in call.outputs or [] if output.type == "image"]
+    assert image.url in seen.page_text  # the very image the response holds

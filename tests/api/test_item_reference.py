@@ -148,7 +148,7 @@ async def test_a_version_2_file_gets_its_item_index(tmp_path: pathlib.Path) -> N
     (version,) = db.execute("PRAGMA user_version").fetchone()
     rows = db.execute("SELECT item_id FROM response_items ORDER BY item_id").fetchall()
     db.close()
-    assert version == SCHEMA_VERSION == 3
+    assert version == SCHEMA_VERSION == 5
     assert json.dumps(rows) == json.dumps(
         [["in_resp_new"], ["in_resp_old"], ["msg_resp_new"], ["msg_resp_old"]]
     )

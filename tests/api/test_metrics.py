@@ -306,10 +306,15 @@ async def test_store_errors_are_counted() -> None:
         async def expire(self) -> int:
             return 3
 
+    class Webhooks:
+        async def claim(self) -> list[object]:
+            return []
+
     class State:
         kind = "sqlite"
         store = Failing()
         logs = Logs()
+        webhooks = Webhooks()
 
     metrics = Metrics(model=MODEL, process=False)
     state = State()
@@ -323,6 +328,9 @@ async def test_store_errors_are_counted() -> None:
     assert value(samples, errors, backend="sqlite", operation="logs.expire") == 0
     operations = "trio_responses_store_operations_total"
     assert value(samples, operations, backend="sqlite", operation="logs.expire") == 1
+    assert await state.webhooks.claim() == []  # the webhook outbox's claims are timed too
+    samples = parse(metrics.render().decode())
+    assert value(samples, operations, backend="sqlite", operation="webhooks.claim") == 1
 
 
 async def test_the_dashboard_queries_only_families_the_server_exposes(server: Server) -> None:

@@ -27,7 +27,7 @@ from tests.support import (
     read_reply,
 )
 from trio_responses import Config
-from trio_responses._service import open_responses_service
+from trio_responses._opening import open_responses_service
 from trio_responses.api.app import create_asgi_app
 from trio_responses.metrics import PREFIX
 

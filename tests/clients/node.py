@@ -53,19 +53,31 @@ def find_node() -> str:
     if int(version.lstrip("v").split(".")[0]) < MIN_NODE:
         pytest.fail(f"The JavaScript clients need node >= {MIN_NODE}; this is node {version}.")
     if not _pinned_packages_installed():
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=JS,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            pytest.fail(
-                f"'npm ci' in {JS} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-            )
+        npm_ci(JS)
     return node
+
+
+def npm_ci(directory: pathlib.Path) -> None:
+    """Install ``directory``'s locked packages (``npm ci``).
+
+    Raises:
+        pytest.fail.Exception: npm is missing or ``npm ci`` failed.
+    """
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail(f"The tests need npm to install {directory}'s packages: scripts/test does.")
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        pytest.fail(
+            f"'npm ci' in {directory} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
 
 
 async def run_scenario(

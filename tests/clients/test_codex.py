@@ -23,14 +23,13 @@ import base64
 import json
 import os
 import pathlib
-import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import trio
 
+from tests.clients.node import npm_ci
 from tests.conftest import StartServer
 from tests.support import Server
 from tests.tools.web_fakes import WebFakes, serve_web_fakes
@@ -49,19 +48,7 @@ PNG = base64.b64decode(
 def codex_binary() -> pathlib.Path:
     """The pinned Codex binary (``npm ci`` in tests/clients/codex when missing)."""
     if not CODEX.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail("The Codex tests need npm: scripts/test installs it and Codex.")
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=CODEX_DIR,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            pytest.fail(f"'npm ci' in {CODEX_DIR} failed:\n{done.stdout}\n{done.stderr}")
+        npm_ci(CODEX_DIR)
     return CODEX
 
 

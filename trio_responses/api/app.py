@@ -7,8 +7,10 @@ jobs through the service and subscribe to their event logs.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
+import os
 from functools import cached_property
 from typing import Any
 
@@ -28,6 +30,7 @@ from .._exceptions import (
 )
 from .._faults import faults_as_exceptions
 from .._service import ResponsesService
+from ..engine.base import upstream_health
 from ..metrics import CONTENT_TYPE
 from ..protocol import errors
 from ..protocol.errors import ErrorInfo
@@ -51,9 +54,11 @@ from .common import (
 from .conversations import add_conversation_routes
 from .create_route import serve_create
 from .dashboard import add_dashboard
+from .files import add_file_routes
 from .pipeline import Pipeline, Router
 from .request_state import caller
 from .sse import SSEBody
+from .webhooks import add_webhook_routes
 from .websocket import ResponsesSocket
 
 logger = logging.getLogger("trio_responses.api")
@@ -260,6 +265,8 @@ def create_app(service: ResponsesService) -> _App:
         )
 
     add_conversation_routes(app, service)
+    add_file_routes(app, service)
+    add_webhook_routes(app, service)
 
     if config.dashboard:
         add_dashboard(app, service)
@@ -294,20 +301,28 @@ def _is_admin(admin_keys: tuple[bytes, ...], *, refusal: str = _HEALTH_REFUSAL) 
 
 
 def _health_statistics(service: ResponsesService) -> dict[str, Any]:
-    """What ``/health`` shows admins: the engine, tool servers, store and jobs."""
+    """What ``/health`` shows admins: this process (its `Config.worker_id`, its pid),
+    the engine, tool servers, store and jobs."""
     info = service.engine.info
     fault = service.state.fault()
     stats = service.statistics()
     return {
+        "worker": {"id": service.config.worker_id, "pid": os.getpid()},
         "engine": {
             "kind": info.kind,
             "model": info.model,
             "description": info.description,
             "healthy": service.engine.healthy,
             "statistics": service.engine.statistics(),
+            "upstreams": [
+                dataclasses.asdict(upstream) for upstream in upstream_health(service.engine)
+            ],
         },
         "tool_servers": service.pool.health(),
         "sandbox": service.sandbox.health() if service.sandbox is not None else None,
+        "containers": (
+            service.files.runtime.health() if service.files.runtime is not None else None
+        ),
         "store": {
             "kind": service.state.kind,
             "replica": service.state.control.replica,

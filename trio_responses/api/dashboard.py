@@ -5,8 +5,10 @@ is every owner's, so with API keys it needs an admin key (``Authorization: Beare
 the page asks for it and keeps it in ``sessionStorage``). Owners appear as a short
 tag of their owner hash, never as a key. What it shows is what runs in this process:
 the running and queued jobs, the responses that finished here last, and the output
-token rate per model. One response's events can be followed live (SSE, resumable with
-``starting_after``) and a background response cancelled.
+token rate per model; and, from the store, the newest webhook deliveries of every
+replica (pending, delivered or failed, with their last error). One response's events
+can be followed live (SSE, resumable with ``starting_after``) and a background response
+cancelled.
 
 Routes::
 
@@ -15,6 +17,8 @@ Routes::
     GET  /dashboard/api/jobs                          running and queued jobs
     GET  /dashboard/api/recent                        responses that finished here last
     GET  /dashboard/api/rates                         output tokens/s per model, last minute
+    GET  /dashboard/api/webhooks                      the newest webhook deliveries (every
+                                                      replica's), failures included
     GET  /dashboard/api/responses/<id>                the Response object
     GET  /dashboard/api/responses/<id>/events         its events (SSE; ?starting_after=N)
     POST /dashboard/api/responses/<id>/cancel         cancel a background response
@@ -263,6 +267,11 @@ def add_dashboard(app: QuartTrio, service: ResponsesService) -> None:
     async def dashboard_rates() -> Response:
         require_admin()
         return data(rates.report(config.model_names))
+
+    @app.get("/dashboard/api/webhooks")
+    async def dashboard_webhooks() -> Response:
+        require_admin()
+        return data({"object": "list", "data": await service.webhooks.recent_deliveries()})
 
     @app.get("/dashboard/api/responses/<response_id>")
     async def dashboard_response(response_id: str) -> Response:

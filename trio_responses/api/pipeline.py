@@ -179,7 +179,16 @@ class Answer:
     """The answer to one HTTP request: every start goes through `start`, which adds
     the headers every answer carries and writes the request's log line."""
 
-    __slots__ = ("_close", "_cors", "_head", "_metrics", "_send", "started", "state")
+    __slots__ = (
+        "_close",
+        "_cors",
+        "_head",
+        "_metrics",
+        "_send",
+        "_worker_header",
+        "started",
+        "state",
+    )
 
     def __init__(
         self,
@@ -190,6 +199,7 @@ class Answer:
     ) -> None:
         self._cors = pipeline.cors
         self._metrics = pipeline.service.metrics
+        self._worker_header = pipeline.worker_header
         self._head = head
         self._send = send
         self.state = state
@@ -211,6 +221,8 @@ class Answer:
             error=state.error,
         )
         headers = [(b"x-request-id", state.request_id.encode())]
+        if self._worker_header is not None:
+            headers.append(self._worker_header)
         cors = self._cors
         if cors.enabled:
             # Whether CORS headers are sent depends on Origin: caches must know.
@@ -287,6 +299,7 @@ class Pipeline:
         "_router",
         "cors",
         "service",
+        "worker_header",
     )
 
     def __init__(
@@ -305,6 +318,10 @@ class Pipeline:
         self.cors = CorsPolicy.of(config.cors_allow_origins)
         self._max_body = config.max_body_bytes
         self._body_timeout_s = config.body_timeout_s
+        self.worker_header: tuple[bytes, bytes] | None = (
+            None if config.worker_id is None else (b"x-worker-id", config.worker_id.encode())
+        )
+        """``x-worker-id`` for every answer, when the server has a `Config.worker_id`."""
 
     async def __call__(
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable

@@ -1,5 +1,6 @@
-// The trio-responses operator page: polls /dashboard/api every second, follows one
-// response's events live, cancels background responses. No dependencies.
+// The trio-responses operator page: polls /dashboard/api every second (jobs, finished
+// responses, token rates, webhook deliveries), follows one response's events live,
+// cancels background responses. No dependencies.
 "use strict";
 
 (() => {
@@ -123,10 +124,11 @@
   }
 
   async function refresh() {
-    const [jobs, recent, rates] = await Promise.all([
+    const [jobs, recent, rates, webhooks] = await Promise.all([
       json("jobs"),
       json("recent"),
       json("rates"),
+      json("webhooks"),
     ]);
     const stats = jobs.statistics;
     $("#summary").textContent =
@@ -137,6 +139,8 @@
     syncRows($("#recent tbody"), recent.data, recentCells);
     $("#recent-empty").hidden = recent.data.length > 0;
     drawRates(rates);
+    syncDeliveries($("#webhooks tbody"), webhooks.data);
+    $("#webhooks-empty").hidden = webhooks.data.length > 0;
   }
 
   function kind(item) {
@@ -222,6 +226,78 @@
     head.append(button);
     row.append(head);
     for (let i = 0; i < count; i++) row.append(document.createElement("td"));
+    return row;
+  }
+
+  // -- webhook deliveries -----------------------------------------------------------------
+
+  // A time of day, with its date when it is not today's.
+  function clock(unix) {
+    const date = new Date(unix * 1000);
+    if (date.toDateString() === new Date().toDateString()) return date.toLocaleTimeString();
+    return date.toLocaleString();
+  }
+
+  function nextAttempt(delivery) {
+    if (delivery.status !== "pending" || typeof delivery.next_attempt_at !== "number") return "—";
+    const wait = delivery.next_attempt_at - Date.now() / 1000;
+    return wait > 0 ? `in ${seconds(wait)}` : "due";
+  }
+
+  // The row header (its time) first, then one cell per column; [text, title] shows a
+  // short id whose title is the whole one.
+  function deliveryCells(delivery) {
+    return [
+      clock(delivery.created_at),
+      delivery.type,
+      [shortId(delivery.response_id), delivery.response_id],
+      [shortId(delivery.endpoint_id), delivery.endpoint_id],
+      delivery.status,
+      String(delivery.attempts),
+      typeof delivery.status_code === "number" ? String(delivery.status_code) : "—",
+      delivery.last_error || "—",
+      nextAttempt(delivery),
+    ];
+  }
+
+  const DELIVERY_CLASSES = [
+    "time", "type", "response", "endpoint", "status", "attempts", "code", "last-error", "next",
+  ];
+
+  // One row per event and endpoint, kept (and updated in place) by both.
+  function syncDeliveries(tbody, deliveries) {
+    const existing = new Map([...tbody.rows].map((row) => [row.dataset.key, row]));
+    deliveries.forEach((delivery, index) => {
+      const key = `${delivery.event_id} ${delivery.endpoint_id}`;
+      let row = existing.get(key);
+      existing.delete(key);
+      if (row === undefined) {
+        row = newDeliveryRow(key);
+      }
+      deliveryCells(delivery).forEach((value, i) => {
+        const [text, title] = Array.isArray(value) ? value : [value, ""];
+        const cell = row.cells[i];
+        if (cell.textContent !== text) cell.textContent = text;
+        if (cell.title !== title) cell.title = title;
+      });
+      for (const status of ["pending", "delivered", "failed"]) {
+        row.classList.toggle(status, delivery.status === status);
+      }
+      if (tbody.rows[index] !== row) {
+        tbody.insertBefore(row, tbody.rows[index] || null);
+      }
+    });
+    for (const row of existing.values()) row.remove();
+  }
+
+  function newDeliveryRow(key) {
+    const row = document.createElement("tr");
+    row.dataset.key = key;
+    const head = document.createElement("th");
+    head.scope = "row";
+    row.append(head);
+    for (let i = 1; i < DELIVERY_CLASSES.length; i++) row.append(document.createElement("td"));
+    DELIVERY_CLASSES.forEach((name, i) => row.cells[i].classList.add(name));
     return row;
   }
 
@@ -425,6 +501,9 @@
     if (event.response) setStatus(current, event.response);
     if (event.type === "response.output_item.added") {
       itemBlock(current, event.item.id, event.item);
+    } else if (event.type === "response.output_item.done") {
+      itemBlock(current, event.item.id, event.item);
+      showProducts(current, event.item);
     } else if (event.type.endsWith(".delta") && typeof event.delta === "string") {
       const pre = itemBlock(current, event.item_id, null);
       pre.append(document.createTextNode(event.delta));
@@ -455,6 +534,78 @@
     return pre;
   }
 
+  // Images are shown from data: URLs only (the page's CSP allows no other source).
+  const IMAGE_URL = /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]*$/;
+
+  // What a finished item produced besides its text: a code interpreter call's logs and
+  // images, the container files an answer cites. Replaced as a whole when shown again.
+  function showProducts(current, item) {
+    const pre = current.items.get(item.id);
+    if (pre === undefined) return;
+    const block = pre.parentElement;
+    const extras = document.createElement("div");
+    extras.className = "products";
+    if (item.type === "code_interpreter_call") {
+      const outputs = Array.isArray(item.outputs) ? item.outputs : [];
+      const logs = outputs
+        .filter((output) => output && output.type === "logs" && typeof output.logs === "string")
+        .map((output) => output.logs)
+        .join("");
+      if (logs) {
+        const label = document.createElement("h4");
+        label.textContent = "logs";
+        const text = document.createElement("pre");
+        text.className = "logs";
+        text.tabIndex = 0;
+        text.setAttribute("aria-label", "code_interpreter_call logs");
+        text.textContent = logs;
+        extras.append(label, text);
+      }
+      let count = 0;
+      for (const output of outputs) {
+        if (!output || output.type !== "image") continue;
+        if (typeof output.url !== "string" || !IMAGE_URL.test(output.url)) continue;
+        count += 1;
+        const image = document.createElement("img");
+        image.className = "output-image";
+        image.alt = `Image ${count} the code produced`;
+        image.src = output.url;
+        extras.append(image);
+      }
+    } else if (item.type === "message") {
+      const names = [];
+      for (const part of Array.isArray(item.content) ? item.content : []) {
+        const notes = part && Array.isArray(part.annotations) ? part.annotations : [];
+        for (const note of notes) {
+          if (!note || note.type !== "container_file_citation") continue;
+          if (typeof note.filename !== "string") continue;
+          if (!names.includes(note.filename)) names.push(note.filename);
+        }
+      }
+      if (names.length > 0) {
+        const label = document.createElement("p");
+        label.className = "cited-label";
+        label.textContent = "Cited files:";
+        const list = document.createElement("ul");
+        list.className = "cited-files";
+        for (const name of names) {
+          const entry = document.createElement("li");
+          entry.textContent = name;
+          list.append(entry);
+        }
+        extras.append(label, list);
+      }
+    }
+    const old = block.querySelector(":scope > .products");
+    if (extras.childElementCount === 0) {
+      if (old) old.remove();
+    } else if (old) {
+      old.replaceWith(extras);
+    } else {
+      block.append(extras);
+    }
+  }
+
   // A response whose events cannot be followed: show it as it stands.
   async function showStored(current) {
     try {
@@ -465,7 +616,8 @@
         const pre = itemBlock(current, item.id, item);
         const parts = item.content || item.summary || [];
         const text = parts.map((part) => part.text || "").join("");
-        pre.textContent = text || item.arguments || "";
+        pre.textContent = text || item.arguments || item.code || "";
+        showProducts(current, item);
       }
     } catch (error) {
       if (error instanceof SignedOut) signedOut(error);

@@ -17,7 +17,7 @@ A built-in tool's call item is streamed as its descriptor's `ToolItem` says
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -163,6 +163,7 @@ class ResponseBuilder:
     """
 
     __slots__ = (
+        "_citable",
         "_echo",
         "_emit",
         "_listing",
@@ -175,6 +176,7 @@ class ResponseBuilder:
         "error",
         "id",
         "incomplete_reason",
+        "item_fields",
         "model",
         "output",
         "seal_reasoning",
@@ -209,6 +211,10 @@ class ResponseBuilder:
         """The snapshot ``response.created`` carried, and its JSON (`mark_in_progress`)."""
         self._open: _OpenItem | None = None
         self._listing: tuple[int, dict[str, Any]] | None = None
+        self.item_fields: dict[str, dict[str, Any]] = {}
+        """Fields set on every item of a tool's type as it opens (the code
+        interpreter's ``container_id``), by item type."""
+        self._citable: list[tuple[dict[str, Any], tuple[str, ...]]] = []
         self.seal_reasoning: Callable[[str], str] | None = None
         """Seals a finished reasoning item's text as its ``encrypted_content``
         (``include: ["reasoning.encrypted_content"]``); None: reasoning is not sealed."""
@@ -408,7 +414,23 @@ class ResponseBuilder:
         item = open_item.item
         ref = {"item_id": item["id"], "output_index": open_item.index}
         if open_item.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            annotations = self._annotations(text)
+            for index, annotation in enumerate(annotations):
+                self._event(
+                    {
+                        "type": "response.output_text.annotation.added",
+                        **ref,
+                        "content_index": 0,
+                        "annotation_index": index,
+                        "annotation": annotation,
+                    }
+                )
+            part = {
+                "type": "output_text",
+                "text": text,
+                "annotations": annotations,
+                "logprobs": [],
+            }
             self._event(
                 {
                     "type": "response.output_text.done",
@@ -461,7 +483,9 @@ class ResponseBuilder:
     def open_tool_call(self, tool: ToolItem, recipient: str) -> None:
         """Open the item of a built-in tool's call of ``recipient``; the model's text
         follows as `delta`, then `end_tool_input` and `finish_tool_call`."""
-        self._add(tool.type, tool.new(recipient), part=None, tool=tool, recipient=recipient)
+        item = tool.new(recipient)
+        item.update(self.item_fields.get(tool.type, {}))
+        self._add(tool.type, item, part=None, tool=tool, recipient=recipient)
         self._tool_event(tool.in_progress)
 
     def end_tool_input(self) -> str:
@@ -495,20 +519,44 @@ class ResponseBuilder:
         ok: bool,
         error: dict[str, Any] | None = None,
         approval_request_id: str | None = None,
+        extra_outputs: Sequence[dict[str, Any]] = (),
     ) -> dict[str, Any]:
         """The tool answered (or failed): emit its result events and close the item.
 
         ``output`` is what the tool said (or the failure, as text); ``error`` is
-        the structured ``mcp_call.error`` of a failed MCP call.
+        the structured ``mcp_call.error`` of a failed MCP call; ``extra_outputs`` go
+        after the recorded ones in the item's ``outputs`` (the code interpreter's
+        images).
         """
         open_item, tool = self._require_tool_item()
         tool.record_result(
             open_item.item, output, ok=ok, error=error, approval_request_id=approval_request_id
         )
+        outputs = open_item.item.get("outputs")
+        if extra_outputs and isinstance(outputs, list):
+            outputs.extend(extra_outputs)
         event = tool.completed if ok else tool.failed
         if event is not None:
             self._tool_event(event)
         return self.close_item("completed" if ok else "failed")
+
+    def cite(self, annotation: dict[str, Any], *needles: str) -> None:
+        """Let later answers cite a file: the first place an answer's text names it
+        (the first of ``needles`` found: its path, then its name) gets ``annotation``
+        with that place's ``start_index`` and ``end_index``."""
+        self._citable.append((annotation, needles))
+
+    def _annotations(self, text: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for annotation, needles in self._citable:
+            for needle in needles:
+                start = text.find(needle) if needle else -1
+                if start >= 0:
+                    end = start + len(needle)
+                    found.append({**annotation, "start_index": start, "end_index": end})
+                    break
+        found.sort(key=lambda annotation: annotation["start_index"])
+        return found
 
     def add_mcp_approval_request(self, server_label: str, name: str, arguments: str) -> str:
         """Emit a finished ``mcp_approval_request`` item; returns its id."""

@@ -23,6 +23,8 @@ IdPrefix = Literal[
     "conv",
     "ctc",
     "ctco",
+    "we",
+    "evt",
 ]
 """The prefixes in use; a new built-in tool's items may bring their own
 (``ToolItem.id_prefix``, `tools.builtin`)."""

@@ -286,27 +286,33 @@ def check_loaded_tools(tools: Sequence[Tool], param: str) -> None:
                 param=f"{param}[{index}].type",
                 code="unsupported_value",
             )
-        if isinstance(tool, FunctionTool) and tool.parameters:
-            check_json_schema(
-                tool.parameters,
-                param=f"{param}[{index}].parameters",
-                what=f"the parameters of function {tool.name!r}",
-            )
-        if isinstance(tool, NamespaceTool):
-            for inner, function in enumerate(tool.tools):
-                if function.parameters:
-                    check_json_schema(
-                        function.parameters,
-                        param=f"{param}[{index}].tools[{inner}].parameters",
-                        what=f"the parameters of function {tool.name}.{function.name}",
-                    )
-        if isinstance(tool, CustomTool) and isinstance(tool.format, CustomFormatGrammar):
-            check_grammar(
-                tool.format.syntax,
-                tool.format.definition,
-                param=f"{param}[{index}].format.definition",
-                name=tool.name,
-            )
+        check_definition(tool, f"{param}[{index}]")
+
+
+def check_definition(tool: FunctionTool | CustomTool | NamespaceTool, param: str) -> None:
+    """A function's parameters (a namespace's functions' too) must be a JSON schema this
+    server can check, a custom tool's grammar must compile; ``param`` names the tool."""
+    if isinstance(tool, FunctionTool) and tool.parameters:  # missing or {}: any arguments
+        check_json_schema(
+            tool.parameters,
+            param=f"{param}.parameters",
+            what=f"the parameters of function {tool.name!r}",
+        )
+    elif isinstance(tool, NamespaceTool):
+        for inner, function in enumerate(tool.tools):
+            if function.parameters:
+                check_json_schema(
+                    function.parameters,
+                    param=f"{param}.tools[{inner}].parameters",
+                    what=f"the parameters of function {tool.name}.{function.name}",
+                )
+    elif isinstance(tool, CustomTool) and isinstance(tool.format, CustomFormatGrammar):
+        check_grammar(
+            tool.format.syntax,
+            tool.format.definition,
+            param=f"{param}.format.definition",
+            name=tool.name,
+        )
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -325,6 +331,8 @@ def check_tools(request: CreateRequest) -> None:
         builtin = tool_for_param(tool)
         if builtin is not None and builtin.check is not None:
             builtin.check(tool, index)
+        if isinstance(tool, FunctionTool | CustomTool | NamespaceTool):
+            check_definition(tool, f"tools[{index}]")
     seen: set[str] = set()
     for index, function in enumerate(request.tools):
         if isinstance(function, FunctionTool):
@@ -334,12 +342,6 @@ def check_tools(request: CreateRequest) -> None:
                     param=f"tools[{index}].name",
                 )
             seen.add(function.name)
-            if function.parameters:  # missing or {}: any arguments
-                check_json_schema(
-                    function.parameters,
-                    param=f"tools[{index}].parameters",
-                    what=f"the parameters of function {function.name!r}",
-                )
     choice = request.tool_choice
     if isinstance(choice, ToolChoiceFunction) and choice.name not in seen:
         raise InvalidRequestError(
@@ -412,8 +414,7 @@ def allowed_recipients(request: CreateRequest) -> frozenset[str] | None:
 
 def _check_namespace_tools(request: CreateRequest) -> None:
     """Namespace tools: a namespace name no other tool uses (``functions``, a built-in
-    tool's, an MCP server's label, another namespace), functions unique within it,
-    parameters that are JSON schemas."""
+    tool's, an MCP server's label, another namespace), functions unique within it."""
     taken = {"functions", "assistant", *NAMESPACES, *(t.server_label for t in request.mcp_tools)}
     for index, tool in enumerate(request.tools):
         if not isinstance(tool, NamespaceTool):
@@ -433,17 +434,11 @@ def _check_namespace_tools(request: CreateRequest) -> None:
                     param=f"tools[{index}].tools[{inner}].name",
                 )
             names.add(function.name)
-            if function.parameters:
-                check_json_schema(
-                    function.parameters,
-                    param=f"tools[{index}].tools[{inner}].parameters",
-                    what=f"the parameters of function {tool.name}.{function.name}",
-                )
 
 
 def _check_custom_tools(request: CreateRequest, functions: set[str]) -> None:
     """Custom tools: names unique among functions and custom tools (the model calls
-    both as ``functions.NAME``), grammars that compile, a ``tool_choice`` naming one."""
+    both as ``functions.NAME``), a ``tool_choice`` naming one."""
     names: set[str] = set()
     for index, tool in enumerate(request.tools):
         if not isinstance(tool, CustomTool):
@@ -455,13 +450,6 @@ def _check_custom_tools(request: CreateRequest, functions: set[str]) -> None:
                 param=f"tools[{index}].name",
             )
         names.add(tool.name)
-        if isinstance(tool.format, CustomFormatGrammar):
-            check_grammar(
-                tool.format.syntax,
-                tool.format.definition,
-                param=f"tools[{index}].format.definition",
-                name=tool.name,
-            )
     choice = request.tool_choice
     if isinstance(choice, ToolChoiceCustom) and choice.name not in names:
         raise InvalidRequestError(
