@@ -137,6 +137,18 @@ async def test_nothing_it_starts_survives(sandbox: Sandbox) -> None:
     assert host_processes_with(marker) == []
 
 
+async def test_a_run_outlives_the_thread_that_started_it() -> None:
+    # Trio ends an idle worker thread after 10 s; a sandbox tied to the thread that
+    # started it (bwrap's --die-with-parent) would be killed then, and the run
+    # reported as over its CPU limit. Waiting that long is the point of this test.
+    result = await run_python(
+        "import time\ntime.sleep(12)\nprint('done')",
+        Limits(wall_s=60),
+        sandbox=await probe_sandbox("bwrap"),
+    )
+    assert (result.ok, result.output, result.problem) == (True, "done\n", None)
+
+
 async def test_the_process_count_is_limited() -> None:
     # Bubblewrap only: the kernel ignores RLIMIT_NPROC for root outside a user namespace.
     result = await run_python(

@@ -57,11 +57,8 @@ as it does with the figures still open at the end of a call.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -77,6 +74,7 @@ from ..protocol.codec import decode_json, encode_ascii_json
 from . import seccomp
 from .bwrap import PACKAGES_DIR, SANDBOX_UID, WORK_DIR
 from .cgroup import RunCgroup
+from .child import Child
 from .sandbox import Limits, Sandbox, _Fds, _kill_group, _launcher_argv, _map_users
 
 KERNEL_SOURCE = Path(__file__).with_name("container_kernel.py")
@@ -132,7 +130,7 @@ class ContainerProcess:
 
     def __init__(
         self,
-        process: _Child,
+        process: Child,
         limits: Limits,
         requests: trio.lowlevel.FdStream,
         replies: trio.lowlevel.FdStream,
@@ -610,64 +608,6 @@ class ContainerProcess:
         return data
 
 
-class _Child:
-    """The container's process, started from the event loop's own thread.
-
-    Not with `trio.lowlevel.open_process`: that forks in a worker thread, and bwrap's
-    ``--die-with-parent`` (``PR_SET_PDEATHSIG``) ties the sandbox to the *thread*
-    that forked it, which trio ends after 10 s idle: every container would be killed
-    10 s after it started. The event loop's thread lives as long as the server (a
-    fork of a few milliseconds, once per container). What the container needs of a
-    trio `Process`: ``pid``, ``returncode``, ``stdout`` (a stream) and ``wait``.
-    """
-
-    def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream) -> None:
-        self._popen = popen
-        self.pid = popen.pid
-        self.stdout = stdout
-        self._pidfd = os.pidfd_open(popen.pid)
-        self._lock = trio.Lock()
-
-    @classmethod
-    def start(
-        cls, argv: list[str], *, cwd: str | None, env: dict[str, str], pass_fds: list[int]
-    ) -> _Child:
-        read, write = os.pipe()
-        try:
-            popen = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=write,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=pass_fds,
-            )
-        except BaseException:
-            os.close(read)
-            raise
-        finally:
-            os.close(write)
-        return cls(popen, trio.lowlevel.FdStream(read))
-
-    @property
-    def returncode(self) -> int | None:
-        return self._popen.poll()
-
-    async def wait(self) -> int:
-        async with self._lock:
-            if self._popen.poll() is None:
-                await trio.lowlevel.wait_readable(self._pidfd)
-                self._popen.wait()
-        return self._popen.returncode
-
-    def close(self) -> None:
-        """Close the pidfd (once the process is reaped, or given up on)."""
-        with contextlib.suppress(OSError):
-            os.close(self._pidfd)
-
-
 def _frame_bytes(payload: bytes) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
@@ -695,7 +635,7 @@ def _checked_path(path: str) -> str:
 
 
 _Started = tuple[
-    _Child,
+    Child,
     trio.lowlevel.FdStream,
     trio.lowlevel.FdStream,
     Callable[[], Awaitable[None]] | None,
@@ -785,7 +725,7 @@ async def _start(
         cwd = None
         if info_r is not None and block_w is not None:
             release = partial(_map_users, bwrap, info_r, block_w, fds)
-    process = _Child.start(argv, cwd=cwd, env=env, pass_fds=passed)
+    process = Child.start(argv, cwd=cwd, env=env, pass_fds=passed)
     for fd in passed:
         fds.close(fd)  # the process has them now
     requests = trio.lowlevel.FdStream(fds.release(host_out))

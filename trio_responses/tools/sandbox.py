@@ -52,6 +52,7 @@ from . import seccomp
 from .budget import RunSlots, plan_budget
 from .bwrap import SANDBOX_UID, Bwrap, Runtime
 from .cgroup import CgroupParent, RunCgroup, find_parent
+from .child import Child
 
 logger = logging.getLogger("trio_responses.sandbox")
 
@@ -344,15 +345,9 @@ async def _run_in_bwrap(
         if cgroup is not None:
             argv = [*cgroup.launch_prefix(), *argv]
         passed = [fd for fd in (code_fd, seccomp_fd, info_w, block_r) if fd is not None]
-        process = await trio.lowlevel.open_process(
-            argv,
-            env={},  # bwrap's own environment is visible to the sandbox (its pid 1)
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            pass_fds=passed,
-        )
+        # From the event loop's thread: bwrap dies with the thread that started it.
+        # Its own environment ({}) is visible to the sandbox (its pid 1).
+        process = Child.start(argv, cwd=None, env={}, pass_fds=passed)
         for fd in (code_fd, seccomp_fd, info_w, block_r):
             if fd is not None:
                 fds.close(fd)  # bwrap has them now
@@ -380,14 +375,8 @@ async def _run_unsandboxed(code: str, limits: Limits) -> RunResult:
             "LANG": "C.UTF-8",
             "PYTHONIOENCODING": "utf-8",
         }
-        process = await trio.lowlevel.open_process(
-            _launcher_argv(sys.executable, limits, "-"),
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        process = Child.start(
+            _launcher_argv(sys.executable, limits, "-"), cwd=workdir, env=env, pass_fds=[]
         )
         result = await _collect(process, limits)
     if isinstance(result, RunResult):
@@ -397,7 +386,7 @@ async def _run_unsandboxed(code: str, limits: Limits) -> RunResult:
 
 
 async def _collect(
-    process: trio.Process,
+    process: Child,
     limits: Limits,
     *,
     release: Callable[[], Awaitable[None]] | None = None,
@@ -405,8 +394,6 @@ async def _collect(
     """Collect the run's output and end it; a result when it hit a limit, else
     (output, exit status). ``release``, called at once, lets a waiting bwrap go on."""
     stdout = process.stdout
-    if stdout is None:  # pragma: no cover - stdout=PIPE above
-        raise RuntimeError("the run's stdout is not a pipe")
     output = bytearray()
     truncated = False
 
@@ -435,6 +422,7 @@ async def _collect(
             _kill_group(process.pid)
             await process.wait()
             await stdout.aclose()
+            process.close()
     text = output.decode("utf-8", errors="replace")
     if truncated:
         text += f"\n[output truncated at {limits.output_bytes} bytes; the process was stopped]"
