@@ -352,7 +352,9 @@ class ContainerProcess:
             raise _Broken("malformed reply: ok")
         figures = [await self._frame(MAX_FIGURE_BYTES) for _ in range(count)]
         encoded = marker.encode()
-        while encoded not in self._output:
+        # The overflow first: past the limit the process is being killed, even when its
+        # call got to answer (and the end of its output to arrive) before the kill did.
+        while self._overflow or encoded not in self._output:
             if self._output_closed or self._overflow:
                 raise _Broken("its output ended")
             await self._output_changed.wait()
