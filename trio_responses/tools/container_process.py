@@ -71,11 +71,18 @@ from typing import Any
 import trio
 
 from ..protocol.codec import decode_json, encode_ascii_json
-from . import seccomp
 from .bwrap import PACKAGES_DIR, SANDBOX_UID, WORK_DIR
 from .cgroup import RunCgroup
 from .child import Child
-from .sandbox import Limits, Sandbox, _Fds, _kill_group, _launcher_argv, _map_users
+from .sandbox import (
+    Limits,
+    Sandbox,
+    _bwrap_command,
+    _Fds,
+    _kill_group,
+    _launcher_argv,
+    _scrubbed_environment,
+)
 
 KERNEL_SOURCE = Path(__file__).with_name("container_kernel.py")
 """The kernel's source, run as a script inside the container."""
@@ -670,14 +677,7 @@ async def _start(
             cpu_hard="-1",
             args=(str(kernel_in), str(kernel_out), str(data), packages or "-"),
         )
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home),
-            "TMPDIR": str(home),
-            "LANG": "C.UTF-8",
-            "PYTHONIOENCODING": "utf-8",
-            **environment,
-        }
+        env = {**_scrubbed_environment(str(home)), **environment}
         passed = [kernel_in, kernel_out]
         cwd: str | None = str(data)
     else:
@@ -695,38 +695,24 @@ async def _start(
                 "-" if packages is None else PACKAGES_DIR,
             ),
         )
-        source = await trio.Path(KERNEL_SOURCE).read_bytes()
-        code_fd = fds.memfd("kernel.py", source)
-        filter_program = seccomp.program()
-        seccomp_fd = None if filter_program is None else fds.memfd("seccomp", filter_program)
-        info_r = info_w = block_r = block_w = None
-        if bwrap.maps_users:
-            info_r, info_w = fds.pipe()
-            block_r, block_w = fds.pipe()
-        argv = bwrap.argv(
-            disk_bytes=limits.disk_bytes,
-            code_fd=code_fd,
+        command = _bwrap_command(
+            bwrap,
+            fds,
+            limits,
+            cgroup,
+            code=("kernel.py", await trio.Path(KERNEL_SOURCE).read_bytes()),
             launcher=launcher,
-            seccomp_fd=seccomp_fd,
-            info_fd=info_w,
-            block_fd=block_r,
             script_path=KERNEL_PATH,
             packages=None if packages is None else str(await trio.Path(packages).resolve()),
             own_tmp=True,
             environment={**environment, "HOME": "/tmp"},
             host_config=HOST_CONFIG,
         )
-        if cgroup is not None:
-            argv = [*cgroup.launch_prefix(), *argv]
-        passed = [
-            fd
-            for fd in (code_fd, seccomp_fd, info_w, block_r, kernel_in, kernel_out)
-            if fd is not None
-        ]
+        argv = command.argv
+        passed = [*command.pass_fds, kernel_in, kernel_out]
         env = {}  # bwrap's own environment is visible to the sandbox (its pid 1)
         cwd = None
-        if info_r is not None and block_w is not None:
-            release = partial(_map_users, bwrap, info_r, block_w, fds)
+        release = command.release
     process = Child.start(argv, cwd=cwd, env=env, pass_fds=passed)
     for fd in passed:
         fds.close(fd)  # the process has them now

@@ -50,7 +50,7 @@ import trio
 
 from . import seccomp
 from .budget import RunSlots, plan_budget
-from .bwrap import SANDBOX_UID, Bwrap, Runtime
+from .bwrap import SANDBOX_UID, WORK_DIR, Bwrap, Runtime
 from .cgroup import CgroupParent, RunCgroup, find_parent
 from .child import Child
 
@@ -327,34 +327,14 @@ async def _run_in_bwrap(
         bwrap.runtime.executable, limits, str(SANDBOX_UID) if bwrap.maps_users else "-"
     )
     with _Fds() as fds:
-        code_fd = fds.memfd("main.py", code.encode("utf-8"))
-        filter_program = seccomp.program()
-        seccomp_fd = None if filter_program is None else fds.memfd("seccomp", filter_program)
-        info_r = info_w = block_r = block_w = None
-        if bwrap.maps_users:
-            info_r, info_w = fds.pipe()
-            block_r, block_w = fds.pipe()
-        argv = bwrap.argv(
-            disk_bytes=limits.disk_bytes,
-            code_fd=code_fd,
-            launcher=launcher,
-            seccomp_fd=seccomp_fd,
-            info_fd=info_w,
-            block_fd=block_r,
+        command = _bwrap_command(
+            bwrap, fds, limits, cgroup, code=("main.py", code.encode("utf-8")), launcher=launcher
         )
-        if cgroup is not None:
-            argv = [*cgroup.launch_prefix(), *argv]
-        passed = [fd for fd in (code_fd, seccomp_fd, info_w, block_r) if fd is not None]
-        # From the event loop's thread: bwrap dies with the thread that started it.
         # Its own environment ({}) is visible to the sandbox (its pid 1).
-        process = Child.start(argv, cwd=None, env={}, pass_fds=passed)
-        for fd in (code_fd, seccomp_fd, info_w, block_r):
-            if fd is not None:
-                fds.close(fd)  # bwrap has them now
-        release = None
-        if info_r is not None and block_w is not None:
-            release = partial(_map_users, bwrap, info_r, block_w, fds)
-        result = await _collect(process, limits, release=release)
+        process = Child.start(command.argv, cwd=None, env={}, pass_fds=command.pass_fds)
+        for fd in command.pass_fds:
+            fds.close(fd)  # bwrap has them now
+        result = await _collect(process, limits, release=command.release)
     if isinstance(result, RunResult):
         return result
     text, returncode = result
@@ -365,16 +345,78 @@ async def _run_in_bwrap(
     return _verdict(text, returncode, limits, oom_killed=oom)
 
 
+@dataclass(frozen=True)
+class _BwrapCommand:
+    """One sandbox's start: bwrap's command line, the descriptors it inherits (to
+    close here once it has started), and what lets it go on once started (root
+    only: writing its user namespace's maps; None when there is nothing to do)."""
+
+    argv: list[str]
+    pass_fds: list[int]
+    release: Callable[[], Awaitable[None]] | None
+
+
+def _bwrap_command(
+    bwrap: Bwrap,
+    fds: _Fds,
+    limits: Limits,
+    cgroup: RunCgroup | None,
+    *,
+    code: tuple[str, bytes],
+    launcher: list[str],
+    script_path: str = f"{WORK_DIR}/main.py",
+    packages: str | None = None,
+    own_tmp: bool = False,
+    environment: dict[str, str] | None = None,
+    host_config: tuple[str, ...] = (),
+) -> _BwrapCommand:
+    """The command of a sandbox running ``launcher`` on ``code`` (a name and the
+    bytes of the script, passed as an anonymous file), under the seccomp filter,
+    in ``cgroup`` when there is one. Started from the event loop's thread
+    (`Child`): bwrap dies with the thread that started it."""
+    code_fd = fds.memfd(*code)
+    filter_program = seccomp.program()
+    seccomp_fd = None if filter_program is None else fds.memfd("seccomp", filter_program)
+    info_w = block_r = None
+    release = None
+    if bwrap.maps_users:
+        info_r, info_w = fds.pipe()
+        block_r, block_w = fds.pipe()
+        release = partial(_map_users, bwrap, info_r, block_w, fds)
+    argv = bwrap.argv(
+        disk_bytes=limits.disk_bytes,
+        code_fd=code_fd,
+        launcher=launcher,
+        seccomp_fd=seccomp_fd,
+        info_fd=info_w,
+        block_fd=block_r,
+        script_path=script_path,
+        packages=packages,
+        own_tmp=own_tmp,
+        environment=environment,
+        host_config=host_config,
+    )
+    if cgroup is not None:
+        argv = [*cgroup.launch_prefix(), *argv]
+    passed = [fd for fd in (code_fd, seccomp_fd, info_w, block_r) if fd is not None]
+    return _BwrapCommand(argv, passed, release)
+
+
+def _scrubbed_environment(home: str) -> dict[str, str]:
+    """The whole environment of an unsandboxed run: nothing of the server's."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+    }
+
+
 async def _run_unsandboxed(code: str, limits: Limits) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="trio-responses-python-") as workdir:
         await trio.Path(workdir, "main.py").write_text(code, encoding="utf-8")
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": workdir,
-            "TMPDIR": workdir,
-            "LANG": "C.UTF-8",
-            "PYTHONIOENCODING": "utf-8",
-        }
+        env = _scrubbed_environment(workdir)
         process = Child.start(
             _launcher_argv(sys.executable, limits, "-"), cwd=workdir, env=env, pass_fds=[]
         )
